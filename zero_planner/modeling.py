@@ -1,0 +1,89 @@
+"""Building the Hugging Face model that zero-run trains and the GPU harness measures.
+
+Everything here imports torch and transformers lazily: the planner's import path must stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def hf_config(config_dict: dict[str, Any]):
+    """Returns a transformers PretrainedConfig built from a plain config.json dict."""
+    from transformers import AutoConfig
+
+    values = dict(config_dict)
+    model_type = values.pop("model_type")
+    values.pop("architectures", None)
+    values.pop("transformers_version", None)
+    return AutoConfig.for_model(model_type, **values)
+
+
+def attn_implementation_for(config_dict: dict[str, Any], task: str = "causal-lm") -> str:
+    """Returns "sdpa" where transformers accepts it for this architecture, else "eager".
+
+    Decided by asking transformers itself on the meta device (no memory, no weights): Gemma 2 is accepted
+    by some releases and refused by others, so no hard-coded list would stay right.
+    """
+    import torch
+
+    auto = _auto_class(task)
+    try:
+        with torch.device("meta"):
+            auto.from_config(hf_config(config_dict), attn_implementation="sdpa")
+        return "sdpa"
+    except (ValueError, ImportError):
+        return "eager"
+
+
+def _auto_class(task: str):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification if task == "seq-cls" else AutoModelForCausalLM
+
+
+def build_model(
+    config_dict: dict[str, Any],
+    *,
+    precision: str,
+    ds_config: dict[str, Any] | None = None,
+    device: str | None = None,
+    attn_implementation: str | None = None,
+    task: str = "causal-lm",
+    gradient_checkpointing: bool = False,
+    weights_path: str | None = None,
+):
+    """Returns (model, attn_implementation): a randomly initialised (or loaded) model ready for deepspeed.
+
+    The model is created in the training dtype directly on `device` for stages 0-2, and under
+    `deepspeed.zero.Init` for stage 3 so that no rank ever holds the whole model.
+    """
+    import torch
+
+    attn = attn_implementation or attn_implementation_for(config_dict, task)
+    dtype = getattr(torch, TORCH_DTYPES[precision])
+    zero_stage = (ds_config or {}).get("zero_optimization", {}).get("stage", 0)
+    if zero_stage == 3:
+        import deepspeed
+
+        scope = deepspeed.zero.Init(config_dict_or_path=ds_config, dtype=dtype)
+    elif device is not None:
+        scope = torch.device(device)
+    else:
+        scope = contextlib.nullcontext()
+
+    auto = _auto_class(task)
+    with scope:
+        if weights_path is not None:
+            model = auto.from_pretrained(weights_path, dtype=dtype, attn_implementation=attn)
+        else:
+            model = auto.from_config(hf_config(config_dict), dtype=dtype, attn_implementation=attn)
+    if task == "seq-cls" and model.config.pad_token_id is None:
+        model.config.pad_token_id = 0
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    return model, attn
