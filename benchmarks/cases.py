@@ -1,0 +1,98 @@
+"""The measured case matrix. A case names a model config, a strategy and shapes; `expand_case` turns it
+into the full, self-contained record (model config and DeepSpeed JSON inline) that is run and stored."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+from zero_planner.dsconfig import build_ds_config
+from zero_planner.strategies import STRATEGIES
+
+CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
+ALL_STRATEGIES = list(STRATEGIES)
+
+
+@cache
+def model_config(name: str) -> dict:
+    return json.loads((CONFIG_DIR / f"{name}.json").read_text())
+
+
+def hidden_size(config: dict) -> int:
+    return config.get("hidden_size") or config["n_embd"]
+
+
+def case(model, strategy, *, mb=2, seq=1024, gc=False, gpus=1, precision="bf16", accum=1) -> dict:
+    return {
+        "model": model, "strategy": strategy, "precision": precision, "micro_batch_size": mb, "seq_len": seq,
+        "gradient_checkpointing": gc, "num_gpus": gpus, "gradient_accumulation_steps": accum,
+    }  # fmt: skip
+
+
+def case_id(c: dict) -> str:
+    return (
+        f"{c['model']}|{c['strategy']}|{c['precision']}|mb{c['micro_batch_size']}|s{c['seq_len']}"
+        f"|{'gc' if c['gradient_checkpointing'] else 'nogc'}|g{c['num_gpus']}|ga{c['gradient_accumulation_steps']}"
+    )
+
+
+def expand_case(c: dict) -> dict:
+    """Returns the case with its id, model config and the DeepSpeed JSON zero-run would use for it."""
+    config = model_config(c["model"])
+    ds = build_ds_config(
+        STRATEGIES[c["strategy"]],
+        micro_batch_size=c["micro_batch_size"],
+        gradient_accumulation_steps=c["gradient_accumulation_steps"],
+        world_size=c["num_gpus"],
+        precision=c["precision"],
+        hidden_size=hidden_size(config),
+    )
+    return {"id": case_id(c), **c, "model_config": config, "deepspeed_config": ds}
+
+
+BASE_MODELS = [
+    "llama3.2-1b", "qwen2.5-0.5b", "gpt2-medium", "mistral-7b-8l", "gemma2-2b", "mixtral-8e-tiny",
+    "phi3-mini", "qwen3-1.7b", "llama3.2-3b", "qwen2.5-1.5b",
+]  # fmt: skip
+
+
+def smoke() -> list[dict]:
+    return [case("llama-tiny", "2", mb=1, seq=128)] + [case("llama3.2-1b", s) for s in ALL_STRATEGIES]
+
+
+def core() -> list[dict]:
+    """Single GPU: every architecture under every strategy, then shapes varied on a few."""
+    cases = [case(m, s) for m in BASE_MODELS for s in ALL_STRATEGIES]
+    for model, strategy in [("llama3.2-1b", "2"), ("qwen2.5-1.5b", "3"), ("gemma2-2b", "2"), ("gpt2-medium", "0")]:
+        cases += [case(model, strategy, mb=mb, seq=seq) for mb, seq in [(1, 512), (4, 1024), (2, 2048), (8, 2048)]]
+        cases += [case(model, strategy, mb=mb, seq=seq, gc=True) for mb, seq in [(2, 1024), (8, 2048)]]
+    cases += [case("llama3.2-1b", s, precision="fp16") for s in ["0", "1", "2", "3", "2-offload"]]
+    cases += [case("qwen2.5-0.5b", s, precision="fp32") for s in ["0", "2", "3"]]
+    cases += [case("mistral-7b-8l", s, mb=4, seq=2048, gc=True) for s in ["0", "2", "3"]]
+    cases += [case("llama3.2-1b", "2", accum=2), case("llama3.2-1b", "0", accum=2)]
+    return cases
+
+
+def limits() -> list[dict]:
+    """Ladders that cross the memory limit of one GPU: cases just under and just over it."""
+    cases = [case("llama3.2-3b", "0", mb=mb, seq=4096) for mb in (2, 4, 6, 8, 12)]
+    cases += [case("llama3.2-1b", "3", mb=mb, seq=4096) for mb in (8, 12, 16, 24)]
+    cases += [case("phi3-mini", "0", mb=mb, seq=2048) for mb in (1, 4, 8)]
+    cases += [case("qwen2.5-1.5b", "2-offload", mb=mb, seq=4096, gc=True) for mb in (16, 32, 48)]
+    return [{**c, "exclusive": True} for c in cases]
+
+
+def multi() -> list[dict]:
+    """2 and 4 GPUs: the sharded terms."""
+    cases = []
+    for gpus in (2, 4):
+        cases += [case("llama3.2-1b", s, gpus=gpus) for s in ALL_STRATEGIES]
+        cases += [case("mistral-7b-8l", s, gpus=gpus) for s in ["1", "2", "3", "3-offload"]]
+        cases += [case("qwen2.5-1.5b", s, gpus=gpus, mb=4, seq=2048, gc=True) for s in ["2", "3"]]
+        cases += [case("mixtral-8e-tiny", s, gpus=gpus) for s in ["2", "3"]]
+        cases += [case("gemma2-2b", s, gpus=gpus) for s in ["2", "3"]]
+    return cases
+
+
+SUITES = {"smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs harness suites on a lent GPU machine (the device tool), writing results under $OUT.
+# usage: bash benchmarks/device_run.sh DEADLINE_S SUITE [SUITE...]   (carry .whl, and .dsext if present)
+set -u
+HARNESS_ARGS=${HARNESS_ARGS:-}
+deadline=$1; shift
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_EXTENSIONS_DIR=/tmp/dsext
+mkdir -p $TORCH_EXTENSIONS_DIR
+if [ -f .dsext/dsext.tgz.aa ]; then cat .dsext/dsext.tgz.* | tar -xz -C $TORCH_EXTENSIONS_DIR; fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
+# Build the fused ops once, in the background, while the first cases start (they wait on the lock).
+python3 -c "from deepspeed.ops.op_builder import FusedAdamBuilder as F, CPUAdamBuilder as C; F().load(); C().load()" \
+  > $OUT/build.log 2>&1 &
+builder=$!
+start=$(date +%s)
+for suite in "$@"; do
+  left=$(( deadline - ($(date +%s) - start) ))
+  [ $left -gt 30 ] || break
+  python3 benchmarks/gpu_harness.py --suite $suite --out $OUT/results.jsonl --deadline-s $left $HARNESS_ARGS
+done
+wait $builder
+if [ ! -f .dsext/dsext.tgz.aa ]; then tar -cz -C $TORCH_EXTENSIONS_DIR . | split -b 15M - $OUT/dsext.tgz. ; fi
+ls -la $OUT

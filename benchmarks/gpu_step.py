@@ -1,0 +1,132 @@
+"""One measured case, run on every rank by the `deepspeed` launcher: the reference step of DESIGN.md.
+
+Writes OUT_DIR/rank{N}.json with peak allocated/reserved memory (overall and per phase), device memory in
+use at the end, peak host RSS and step times. A CUDA OOM is recorded with its phase, not raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STEPS = 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--local_rank", type=int, default=-1)
+    args = parser.parse_args()
+    case = json.loads(Path(args.case).read_text())
+
+    import torch
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    from zero_planner.modeling import build_model
+
+    deepspeed.init_distributed()
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    acc = get_accelerator()
+    on_cuda = acc.device_name() == "cuda"
+    device = f"cuda:{local_rank}" if on_cuda else "cpu"
+    if on_cuda:
+        torch.cuda.set_device(local_rank)
+
+    record: dict = {"rank": rank, "status": "ok", "phases": []}
+    phase = "init"
+    out = Path(args.out_dir) / f"rank{rank}.json"
+
+    def device_stats() -> dict:
+        if not on_cuda:
+            return {}
+        free, total = torch.cuda.mem_get_info()
+        return {
+            "allocated_bytes": torch.cuda.memory_allocated(),
+            "reserved_bytes": torch.cuda.memory_reserved(),
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "device_used_bytes": total - free,
+        }
+
+    try:
+        ds_config = case["deepspeed_config"]
+        model, attn = build_model(
+            case["model_config"],
+            precision=case["precision"],
+            ds_config=ds_config,
+            device=device,
+            attn_implementation=case.get("attn_implementation"),
+            gradient_checkpointing=case["gradient_checkpointing"],
+        )
+        record["attn_implementation"] = attn
+        record["num_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+        engine, *_ = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
+        )
+        if on_cuda:
+            torch.cuda.synchronize()
+            record["after_init"] = device_stats()
+            # The contract measures peaks after deepspeed.initialize: drop init-time transients first.
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            record["after_init_empty_cache"] = device_stats()
+        vocab = case["model_config"].get("vocab_size")
+        micro, seq = case["micro_batch_size"], case["seq_len"]
+        generator = torch.Generator().manual_seed(1234 + rank)
+        step_times = []
+        losses = []
+        for step in range(STEPS):
+            ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
+            start = time.perf_counter()
+            for phase in ("forward", "backward", "step"):
+                if on_cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                if phase == "forward":
+                    loss = engine(input_ids=ids, labels=ids).loss
+                elif phase == "backward":
+                    engine.backward(loss)
+                else:
+                    engine.step()
+                if on_cuda:
+                    torch.cuda.synchronize()
+                    record["phases"].append({"step": step, "phase": phase, **device_stats()})
+            step_times.append(time.perf_counter() - start)
+            losses.append(float(loss.detach().float().item()))
+        phase = "done"
+        record["step_times_s"] = step_times
+        record["losses"] = losses
+    except torch.OutOfMemoryError as error:
+        record["status"] = "oom"
+        record["oom_phase"] = phase
+        record["error"] = str(error).splitlines()[0][:300]
+    except Exception as error:  # recorded, so one broken case never stops the batch
+        import traceback
+
+        record["status"] = "error"
+        record["oom_phase"] = phase
+        record["error"] = f"{type(error).__name__}: {error}"[:2000]
+        record["traceback"] = traceback.format_exc()[-4000:]
+    if on_cuda:
+        phases = record["phases"]
+        record["peak_allocated_bytes"] = max((p["peak_allocated_bytes"] for p in phases), default=None)
+        record["peak_reserved_bytes"] = max((p["peak_reserved_bytes"] for p in phases), default=None)
+        record["end"] = device_stats()
+    record["host_rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out.write_text(json.dumps(record))
+    # Ranks that hit OOM may leave collectives hanging in their peers; leave at once.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
