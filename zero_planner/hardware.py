@@ -1,0 +1,258 @@
+"""The GPU catalog (catalog/gpus.json) and `--gpus` / `--cpu-mem` parsing.
+
+No torch at import time: `parse_gpus("auto")` imports it only when it has to look at the local GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+
+from zero_planner.errors import InputError, closest
+
+GPU_SPEC_FORMS = "NxTYPE (2xT4), NODESxNxTYPE (2x8xH100), TYPE (=1xTYPE), auto, or cpu:N"
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator type from catalog/gpus.json; every bandwidth is per GPU and per direction."""
+
+    name: str
+    """Canonical catalog name (`A100-80GB`)."""
+    aliases: tuple[str, ...]
+    """Other names accepted by `find_gpu` (`a100-sxm4-80gb`)."""
+    memory_bytes: int
+    """Memory a process can allocate: torch's `total_memory` (nvidia-smi total minus driver reservation)."""
+    bf16: bool
+    """Whether the part computes bf16 (Ampere and later); fp16 is used otherwise."""
+    peak_dense_tflops_16bit: float
+    """Dense fp16/bf16 tensor-core peak, no sparsity (TFLOP/s)."""
+    peak_tflops_fp32: float
+    """Plain fp32 peak (TFLOP/s)."""
+    intra_node_bandwidth_bytes_per_s: int
+    """GPU-to-GPU inside a node: NVLink / Infinity Fabric where the part has it, else its PCIe link."""
+    pcie_bandwidth_bytes_per_s: int
+    """Host <-> device over PCIe (offload traffic)."""
+    memory_bandwidth_bytes_per_s: int
+    """Device memory (HBM/GDDR) bandwidth."""
+    host_memory_per_gpu_bytes: int
+    """ASSUMED host RAM per GPU of a typical machine with this part; used only when host memory is neither
+    given nor detected (host memory per node = this x GPUs per node)."""
+    source: str
+    """Where the figures come from, and which are uncertain."""
+    vendor: str = "nvidia"
+    """`nvidia`, `amd` or `cpu`."""
+    interconnect: str = "pcie"
+    """What `intra_node_bandwidth_bytes_per_s` measures: `nvlink`, `infinity-fabric`, `pcie` or `host`."""
+    nvidia_smi_total_mib: int | None = None
+    """nvidia-smi's `memory.total` where known."""
+
+    @property
+    def is_cpu(self) -> bool:
+        """True for the placeholder `cpu` entry used by `--gpus cpu:N`."""
+        return self.vendor == "cpu"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The machines a plan is for: `nodes` x `gpus_per_node` GPUs of one type."""
+
+    gpu: GPU
+    nodes: int
+    gpus_per_node: int
+    cpu_memory_bytes: int
+    """Host memory per node available to the job (offloaded optimizer states/params live here)."""
+    is_cpu: bool = False
+    """True for `cpu:N`: N CPU processes, each with `gpu.memory_bytes` = host memory / N."""
+    cpu_memory_source: str = "given"
+    """`given` (--cpu-mem), `detected` (this machine) or `assumed` (the GPU type's typical host memory)."""
+
+    @property
+    def world_size(self) -> int:
+        """Total number of processes (one per GPU)."""
+        return self.nodes * self.gpus_per_node
+
+
+@lru_cache(maxsize=1)
+def load_gpu_catalog() -> dict[str, GPU]:
+    """Returns the GPU catalog keyed by canonical name, in file order (read once)."""
+    text = resources.files("zero_planner").joinpath("catalog/gpus.json").read_text(encoding="utf-8")
+    catalog: dict[str, GPU] = {}
+    for entry in json.loads(text)["gpus"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases", ()))
+        catalog[entry["name"]] = GPU(**entry)
+    return catalog
+
+
+def _key(name: str) -> str:
+    """Lower case with dashes, underscores, spaces and a leading vendor word removed: `NVIDIA A100_80GB` -> `a10080gb`."""
+    key = re.sub(r"[\s_\-]+", "", name.strip().lower())
+    return key.removeprefix("nvidia") if key != "nvidia" else key
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for gpu in load_gpu_catalog().values():
+        for name in (gpu.name, *gpu.aliases):
+            index.setdefault(_key(name), gpu.name)
+    return index
+
+
+def gpu_names() -> list[str]:
+    """Returns the canonical GPU names, in catalog order."""
+    return list(load_gpu_catalog())
+
+
+def find_gpu(name: str) -> GPU:
+    """Returns the catalog GPU for `name` (case, dashes, underscores and spaces ignored; aliases accepted).
+
+    Raises InputError naming the bad value and the closest catalog names.
+    """
+    catalog = load_gpu_catalog()
+    found = _index().get(_key(name))
+    if found is not None:
+        return catalog[found]
+    raise InputError(f"unknown GPU type {name!r}{_suggest(name)}; known types: {', '.join(catalog)}")
+
+
+def _suggest(name: str) -> str:
+    catalog = load_gpu_catalog()
+    choices = [*catalog, *(a for g in catalog.values() for a in g.aliases)]
+    by_key = {_key(c): c for c in choices}
+    near = closest(_key(name), list(by_key), n=6)
+    names = list(dict.fromkeys(_index()[k] for k in near))[:3]
+    return f" (did you mean {', '.join(names)}?)" if names else ""
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Returns the byte count of a size such as `29GiB`, `32GB`, `1.5TiB`, `512MiB` or `1000` (bytes).
+
+    GB/MB/KB/TB (and bare G/M/K/T) are powers of 10; GiB/MiB/KiB/TiB powers of 2. Raises InputError.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise InputError(f"size must be positive, got {text}")
+        return text
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise InputError(f"bad size {text!r}: use a number with a unit, e.g. 29GiB, 32GB, 1.5TiB, 512MiB")
+    size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise InputError(f"size must be positive, got {text!r}")
+    return size
+
+
+# Counts are digits followed by x/X/*; the type may itself start with digits (`2x3090`) or contain an x (`RTX4090`).
+_COUNTS_RE = re.compile(r"^(?:(\d+)\s*[xX*]\s*)?(?:(\d+)\s*[xX*]\s*)?(\S.*)$")
+
+
+def parse_gpus(spec: str, cpu_mem: str | int | None = None) -> Cluster:
+    """Returns the Cluster described by a `--gpus` value; host memory per node from `cpu_mem` when given.
+
+    Forms: `2xT4`, `8xA100-80GB`, `2x8xH100` (nodes x GPUs per node x type), `T4` (one GPU), `auto` (this
+    machine's GPUs), `cpu:2` (two CPU processes sharing this machine's memory). Raises InputError.
+    """
+    text = (spec or "").strip()
+    host_bytes = parse_size(cpu_mem) if cpu_mem is not None else None
+    lowered = text.lower()
+    if lowered == "auto":
+        return _local_cluster(host_bytes)
+    if lowered == "cpu" or lowered.startswith("cpu:"):
+        return _cpu_cluster(text, host_bytes)
+
+    match = _COUNTS_RE.match(text)
+    if match is None:
+        raise InputError(f"bad --gpus value {spec!r}: use {GPU_SPEC_FORMS}")
+    first, second, type_name = match.groups()
+    if second is not None:
+        nodes, per_node = int(first), int(second)
+    else:
+        nodes, per_node = 1, int(first) if first is not None else 1
+    if nodes <= 0 or per_node <= 0:
+        raise InputError(f"bad --gpus value {spec!r}: counts must be at least 1 (use {GPU_SPEC_FORMS})")
+    if re.match(r"^[-+\d.]", type_name) and _key(type_name) not in _index():
+        # `-1xT4`, `8x`, `2x2x2xT4`: the counts are wrong, not the GPU type.
+        raise InputError(f"bad --gpus value {spec!r}: use {GPU_SPEC_FORMS}, counts at least 1")
+    try:
+        gpu = find_gpu(type_name)
+    except InputError as error:
+        raise InputError(f"bad --gpus value {spec!r}: {error}") from None
+    if gpu.is_cpu:
+        raise InputError(f"bad --gpus value {spec!r}: write CPU processes as cpu:N")
+    if host_bytes is None:
+        return Cluster(gpu, nodes, per_node, gpu.host_memory_per_gpu_bytes * per_node, cpu_memory_source="assumed")
+    return Cluster(gpu, nodes, per_node, host_bytes)
+
+
+def _detected_host_memory_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def _cpu_cluster(spec: str, host_bytes: int | None) -> Cluster:
+    _, _, count_text = spec.partition(":")
+    count_text = count_text.strip() or "1"
+    if not count_text.isdigit() or int(count_text) <= 0:
+        raise InputError(f"bad --gpus value {spec!r}: cpu:N needs a process count N >= 1 (use {GPU_SPEC_FORMS})")
+    processes = int(count_text)
+    source = "given" if host_bytes is not None else "detected"
+    host = host_bytes if host_bytes is not None else _detected_host_memory_bytes()
+    gpu = replace(load_gpu_catalog()["cpu"], memory_bytes=host // processes)
+    return Cluster(gpu, 1, processes, host, is_cpu=True, cpu_memory_source=source)
+
+
+def _local_cluster(host_bytes: int | None) -> Cluster:
+    """Returns a one-node Cluster of this machine's CUDA GPUs (all of device 0's type)."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        count = 0
+    if count == 0:
+        raise InputError(f"--gpus auto found no CUDA GPU on this machine; pass --gpus explicitly ({GPU_SPEC_FORMS})")
+    props = torch.cuda.get_device_properties(0)
+    gpu = _gpu_from_device_name(props.name)
+    # Our catalog figure is the typical part; the device itself says exactly what it can allocate.
+    gpu = replace(gpu, memory_bytes=int(props.total_memory))
+    source = "given" if host_bytes is not None else "detected"
+    host = host_bytes if host_bytes is not None else _detected_host_memory_bytes()
+    return Cluster(gpu, 1, count, host, cpu_memory_source=source)
+
+
+def _gpu_from_device_name(device_name: str) -> GPU:
+    """Returns the catalog GPU for a CUDA device name such as `NVIDIA H100 80GB HBM3` or `Tesla T4`."""
+    name = device_name.upper()
+    catalog = load_gpu_catalog()
+    checks = [  # most specific first
+        ("H100 NVL", "H100-NVL"), ("H100 PCIE", "H100-PCIe"), ("H100", "H100-SXM"), ("H200", "H200"),
+        ("B200", "B200"), ("A100", "A100-80GB" if "80GB" in name else "A100-40GB"), ("A10G", "A10G"),
+        ("L40S", "L40S"), ("A6000", "A6000"), ("4090", "RTX4090"), ("3090", "RTX3090"), ("A10", "A10"),
+        ("L4", "L4"), ("T4", "T4"), ("V100", "V100-32GB" if "32GB" in name else "V100-16GB"),
+        ("P100", "P100"), ("MI300X", "MI300X"),
+    ]
+    for needle, catalog_name in checks:
+        if needle in name:
+            return catalog[catalog_name]
+    try:
+        return find_gpu(device_name)
+    except InputError:
+        raise InputError(
+            f"--gpus auto found {device_name!r}, which is not in the GPU catalog; pass --gpus NxTYPE with the "
+            f"closest type ({', '.join(catalog)})"
+        ) from None
