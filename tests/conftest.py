@@ -1,0 +1,146 @@
+"""Shared fixtures: Plan objects built directly (llama-tiny + build_ds_config + placeholder estimates)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zero_planner.dsconfig import build_ds_config
+from zero_planner.plan import Plan, save_plan
+from zero_planner.strategies import STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA_TINY = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
+GIB = 2**30
+
+
+def _estimate(peak_bytes: int, total_bytes: int, cpu_bytes: int) -> dict:
+    # Placeholder figures: these tests exercise zero-run, not the memory model.
+    return {
+        "per_gpu": {
+            "params": peak_bytes // 8,
+            "gradients": peak_bytes // 8,
+            "optimizer": peak_bytes // 4,
+            "activations": peak_bytes // 4,
+            "buffers": peak_bytes // 8,
+            "overhead": total_bytes - peak_bytes,
+            "peak_allocated": peak_bytes,
+            "total": total_bytes,
+        },
+        "cpu": {"total": cpu_bytes},
+    }
+
+
+def make_plan(
+    strategy: str = "2",
+    *,
+    gpu: str = "cpu",
+    nodes: int = 1,
+    gpus_per_node: int = 2,
+    gpu_memory_bytes: int = 16 * GIB,
+    cpu_memory_bytes: int = 64 * GIB,
+    micro_batch_size: int = 4,
+    gradient_accumulation_steps: int = 1,
+    seq_len: int = 64,
+    precision: str = "fp32",
+    learning_rate: float = 3e-3,
+    max_steps: int = 20,
+    save_every: int = 10,
+    log_every: int = 5,
+    output_dir: str = "runs/test",
+    dataset: str = "synthetic",
+    peak_bytes: int = 1 * GIB,
+    total_bytes: int = 2 * GIB,
+    cpu_bytes: int = 1 * GIB,
+    params: int = 500_000,
+    candidates: list[dict] | None = None,
+    **training,
+) -> Plan:
+    """Returns a valid Plan for llama-tiny with the given strategy and shapes (estimates are placeholders)."""
+    s = STRATEGIES[strategy]
+    world = nodes * gpus_per_node
+    ds = build_ds_config(
+        s,
+        micro_batch_size=micro_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        world_size=world,
+        precision=precision,
+        hidden_size=LLAMA_TINY["hidden_size"],
+        lr=learning_rate,
+    )
+    strategy_info = {
+        "stage": s.stage,
+        "offload_optimizer": s.offload_optimizer,
+        "offload_param": s.offload_param,
+        "name": s.name,
+    }
+    plan = Plan.model_validate(
+        {
+            "model": {
+                "name": "llama-tiny",
+                "source": "file",
+                "params": params,
+                "trainable_params": params,
+                "init": "random",
+                "config": LLAMA_TINY,
+            },
+            "hardware": {
+                "gpu": gpu,
+                "nodes": nodes,
+                "gpus_per_node": gpus_per_node,
+                "gpu_memory_bytes": gpu_memory_bytes,
+                "cpu_memory_bytes": cpu_memory_bytes,
+            },
+            "training": {
+                "micro_batch_size": micro_batch_size,
+                "gradient_accumulation_steps": gradient_accumulation_steps,
+                "seq_len": seq_len,
+                "gradient_checkpointing": False,
+                "precision": precision,
+                "learning_rate": learning_rate,
+                "max_steps": max_steps,
+                "save_every": save_every,
+                "log_every": log_every,
+                "output_dir": output_dir,
+                "dataset": dataset,
+                **training,
+            },
+            "strategy": strategy_info,
+            "estimate": _estimate(peak_bytes, total_bytes, cpu_bytes),
+            "candidates": candidates or [],
+            "deepspeed_config": ds,
+            "launch": {"command": []},
+        }
+    )
+    return plan
+
+
+def make_candidate(strategy: str, *, micro_batch_size: int, checkpointing: bool, fits: bool, peak_bytes: int,
+                   tokens_per_second: float, chosen: bool = False) -> dict:  # fmt: skip
+    s = STRATEGIES[strategy]
+    return {
+        "strategy": {"stage": s.stage, "offload_optimizer": s.offload_optimizer, "offload_param": s.offload_param,
+                     "name": s.name},  # fmt: skip
+        "micro_batch_size": micro_batch_size,
+        "gradient_checkpointing": checkpointing,
+        "fits": fits,
+        "estimate": _estimate(peak_bytes, peak_bytes + GIB, GIB),
+        "tokens_per_second": tokens_per_second,
+        "reason": "test",
+        "chosen": chosen,
+    }
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    """Returns a function writing make_plan(**kw) to tmp_path/NAME and returning its path."""
+
+    def write(name: str = "plan.json", **kw) -> Path:
+        kw.setdefault("output_dir", str(tmp_path / "run"))
+        path = tmp_path / name
+        save_plan(make_plan(**kw), path)
+        return path
+
+    return write

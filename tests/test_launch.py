@@ -1,0 +1,178 @@
+"""zero-run's launcher: argument lists (never spawned here), dry-run output, preflight refusals, light import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import GIB, make_plan
+from zero_planner import launch
+from zero_planner.launch import Machine, build_launch, launch_command, main, parse_hostfile, preflight
+
+ROOMY = Machine(gpus=[("NVIDIA H100 80GB HBM3", 85 * 10**9)] * 8, host_available_bytes=500 * GIB,
+                disk_free_bytes=1000 * GIB)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def no_spawn(monkeypatch):
+    """Launcher tests assert argument lists; any attempt to start a process fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a launcher test tried to spawn")
+
+    monkeypatch.setattr(launch, "_spawn", refuse)
+
+
+def gpu_plan(**kw):
+    kw.setdefault("gpu", "H100")
+    kw.setdefault("gpu_memory_bytes", 80 * 10**9)
+    kw.setdefault("precision", "bf16")
+    return make_plan(**kw)
+
+
+def test_import_does_not_load_torch():
+    code = (
+        "import sys, zero_planner.launch; "
+        "print([m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_single_node_argv():
+    argv, env = build_launch(gpu_plan(gpus_per_node=4), plan_path="/p/plan.json", master_port=1234)
+    assert argv == ["deepspeed", "--num_gpus", "4", "--master_port", "1234",
+                    "--module", "zero_planner.train", "--plan", "/p/plan.json"]  # fmt: skip
+    assert env == {}
+
+
+def test_overrides_reach_the_trainer():
+    argv, _ = build_launch(gpu_plan(), plan_path="p.json", max_steps=7, output_dir="/out", resume=True)
+    assert argv[-7:] == ["--plan", "p.json", "--output-dir", "/out", "--max-steps", "7", "--resume"]
+
+
+def test_cpu_plan_sets_ds_accelerator():
+    argv, env = build_launch(make_plan(gpu="cpu"), plan_path="p.json")
+    assert env == {"DS_ACCELERATOR": "cpu"}
+    assert launch_command(make_plan(gpu="cpu"), "p.json")[:3] == ["env", "DS_ACCELERATOR=cpu", "deepspeed"]
+    assert launch_command(gpu_plan(), "p.json")[0] == "deepspeed"
+
+
+def test_multi_node_argv_with_hostfile():
+    plan = gpu_plan(nodes=2, gpus_per_node=8)
+    hosts = parse_hostfile("# two nodes\nnode-a slots=8\nnode-b slots=8\n")
+    argv, _ = build_launch(plan, plan_path="p.json", hostfile="hosts.txt", hosts=hosts, master_port=29600)
+    assert argv[:12] == ["deepspeed", "--hostfile", "hosts.txt", "--num_nodes", "2", "--num_gpus", "8",
+                         "--master_addr", "node-a", "--master_port", "29600", "--module"]  # fmt: skip
+    assert launch_command(plan)[:3] == ["deepspeed", "--hostfile", "hostfile"]
+
+
+def test_dry_run_prints_command_and_json(plan_file, capsys):
+    path = plan_file(gpu="cpu")
+    assert main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    first, rest = out.split("\n", 1)
+    assert first == (f"DS_ACCELERATOR=cpu deepspeed --num_gpus 2 --master_port 29500 --module zero_planner.train "
+                     f"--plan {path}")  # fmt: skip
+    assert json.loads(rest) == make_plan(gpu="cpu").deepspeed_config
+
+
+def test_dry_run_multi_node(plan_file, tmp_path, capsys):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("10.0.0.1 slots=8\n10.0.0.2 slots=8\n")
+    path = plan_file(gpu="H100", nodes=2, gpus_per_node=8, gpu_memory_bytes=80 * 10**9)
+    assert main([str(path), "--dry-run", "--hostfile", str(hostfile)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"deepspeed --hostfile {hostfile} --num_nodes 2 --num_gpus 8 --master_addr 10.0.0.1 ")
+
+
+def test_script_with_trailing_args(plan_file, tmp_path, capsys):
+    script = tmp_path / "train_hf.py"
+    script.write_text("print('hi')\n")
+    path = plan_file(gpu="cpu", output_dir=str(tmp_path / "out"))
+    assert main([str(path), "--dry-run", "--script", str(script), "--", "--lr", "1e-4", "--bf16"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"--master_port 29500 {script} --deepspeed_config {tmp_path / 'out' / 'ds_config.json'} "
+                          "--lr 1e-4 --bf16")  # fmt: skip
+    assert main([str(path), "--dry-run", "--script", str(script), "--config-flag", "deepspeed"]) == 0
+    assert " --deepspeed " in capsys.readouterr().out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "argv_tail, plan_kw, message",
+    [
+        (["--", "--lr", "1"], {}, "arguments after -- are for --script"),
+        (["--script", "/no/such/train.py"], {}, "does not exist"),
+        ([], {"nodes": 2, "gpu": "H100"}, "pass --hostfile"),
+        (["--max-steps", "0"], {}, "--max-steps 0"),
+    ],
+)
+def test_bad_input_exits_2(plan_file, capsys, argv_tail, plan_kw, message):
+    assert main([str(plan_file(**plan_kw)), "--dry-run", *argv_tail]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("node-a slots=8\n", "lists 1 hosts"), ("node-a slots=8\nnode-b slots=4\n", "node-b(slots=4)"),
+     ("node-a eight\n", "is not 'HOST slots=N'")],  # fmt: skip
+)
+def test_bad_hostfile_exits_2(plan_file, tmp_path, capsys, text, message):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(text)
+    path = plan_file(gpu="H100", nodes=2, gpus_per_node=8)
+    assert main([str(path), "--dry-run", "--hostfile", str(hostfile)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreadable_plan_exits_2(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.json")]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "does not exist" in err[0] and "not readable JSON" in err[1]
+
+
+@pytest.mark.parametrize(
+    "plan_kw, machine, message",
+    [
+        ({"gpus_per_node": 8}, Machine(gpus=ROOMY.gpus[:4], host_available_bytes=500 * GIB, disk_free_bytes=10**12),
+         "needs 8 GPUs per node (H100); this machine has 4"),
+        ({"total_bytes": 70 * GIB}, Machine(gpus=[("Tesla T4", 15 * GIB)] * 2, host_available_bytes=500 * GIB,
+                                            disk_free_bytes=10**12), "GPU 0 (Tesla T4) has 15.0 GiB; the plan needs 70.0 GiB"),
+        ({"total_bytes": 10 * GIB}, Machine(gpus=[("NVIDIA A100 40GB", 40 * GIB)] * 2, host_available_bytes=500 * GIB,
+                                            disk_free_bytes=10**12), "less than the planned H100"),
+        ({"strategy": "2-offload", "cpu_bytes": 200 * GIB},
+         Machine(gpus=ROOMY.gpus, host_available_bytes=100 * GIB, disk_free_bytes=10**12),
+         "offload (2-offload) needs 200.0 GiB of host memory; 100.0 GiB is available"),
+        ({"params": 8 * 10**9}, Machine(gpus=ROOMY.gpus, host_available_bytes=500 * GIB, disk_free_bytes=50 * GIB),
+         "checkpoints and the final model need about"),
+    ],
+)  # fmt: skip
+def test_preflight_refusals(plan_file, tmp_path, monkeypatch, capsys, plan_kw, machine, message):
+    plan = gpu_plan(**plan_kw)
+    problems = preflight(plan, machine, output_dir=str(tmp_path))
+    assert len(problems) == 1 and message in problems[0]
+    assert preflight(plan, ROOMY, output_dir=str(tmp_path)) == [] or "checkpoints" in message
+    # Through the CLI: refused with exit 2 before anything is spawned (the autouse fixture would fail it).
+    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: machine)
+    path = plan_file(**{"gpu": "H100", "gpu_memory_bytes": 80 * 10**9, **plan_kw})
+    assert main([str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cpu_plan_ignores_gpu_checks(tmp_path):
+    machine = Machine(gpus=None, host_available_bytes=8 * GIB, disk_free_bytes=10 * GIB)
+    assert preflight(make_plan(gpu="cpu", gpus_per_node=2), machine, output_dir=str(tmp_path)) == []
+
+
+def test_split_argv():
+    assert launch.split_argv(["p.json", "--script", "t.py", "--", "--x", "--", "y"]) == (
+        ["p.json", "--script", "t.py"],
+        ["--x", "--", "y"],
+    )

@@ -1,0 +1,244 @@
+"""zero-run end to end on CPU: two ranks under the real `deepspeed` launcher (DS_ACCELERATOR=cpu, gloo).
+
+The fast tests cover checkpoint bookkeeping and the report; the slow ones train llama-tiny for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import GIB, make_candidate, make_plan
+from zero_planner import checkpoint as ckpt
+from zero_planner.launch import main
+from zero_planner.plan import save_plan
+from zero_planner.report import build_run_report, error_pct, next_choice, report_table
+
+STEPS = 12
+
+# --- checkpoint bookkeeping (no deepspeed) ---
+
+
+def fake_checkpoint(root: Path, step: int, *, complete: bool = True) -> Path:
+    tag = root / ckpt.tag_for(step)
+    tag.mkdir(parents=True)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x" * 100)
+    (tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"y" * 50)
+    if complete:
+        ckpt.write_marker(tag, {"step": step, "losses": [1.0] * step, "world_size": 2})
+    return tag
+
+
+def test_incomplete_and_corrupt_checkpoints_are_skipped(tmp_path):
+    fake_checkpoint(tmp_path, 3)
+    corrupt = fake_checkpoint(tmp_path, 6)
+    (corrupt / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"y" * 10)  # truncated after the save
+    fake_checkpoint(tmp_path, 9, complete=False)
+    warnings = []
+    usable = ckpt.usable_checkpoints(tmp_path, warn=warnings.append)
+    assert [step for step, _ in usable] == [3]
+    assert "step9 is incomplete" in warnings[0] and "step6 is corrupt (zero_pp_rank_1" in warnings[1]
+    assert ckpt.read_state(usable[0][1]) == {"step": 3, "losses": [1.0] * 3, "world_size": 2}
+
+
+def test_prune_keeps_the_newest_complete_ones(tmp_path):
+    for step in (2, 4, 6):
+        fake_checkpoint(tmp_path, step)
+    fake_checkpoint(tmp_path, 1, complete=False)
+    fake_checkpoint(tmp_path, 8, complete=False)  # newer than all complete ones: maybe a save in progress
+    removed = ckpt.prune(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == ["step1", "step2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step4", "step6", "step8"]
+
+
+def test_checkpoint_bytes():
+    # 1e9 params in bf16: 2 B weights + 12 B optimizer (fp32 master + Adam m + v) per parameter.
+    assert ckpt.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
+    assert ckpt.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
+
+
+# --- report and OOM advice ---
+
+
+def test_next_choice_prefers_the_fastest_fitting_lower_peak_candidate():
+    plan = make_plan("2", peak_bytes=10 * GIB, candidates=[
+        make_candidate("2", micro_batch_size=4, checkpointing=False, fits=True, peak_bytes=10 * GIB,
+                       tokens_per_second=900, chosen=True),
+        make_candidate("2", micro_batch_size=2, checkpointing=False, fits=True, peak_bytes=8 * GIB,
+                       tokens_per_second=800),
+        make_candidate("3", micro_batch_size=4, checkpointing=True, fits=True, peak_bytes=6 * GIB,
+                       tokens_per_second=500),
+        make_candidate("2", micro_batch_size=1, checkpointing=False, fits=False, peak_bytes=7 * GIB,
+                       tokens_per_second=950),
+    ])  # fmt: skip
+    advice = next_choice(plan)
+    assert advice.startswith("stage 2, micro-batch 2, without gradient checkpointing (predicted peak 8.00 GiB)")
+    assert "--stage 2 --micro-batch 2 --no-grad-checkpointing" in advice
+
+
+@pytest.mark.parametrize(
+    "plan_kw, expected",
+    [
+        ({"micro_batch_size": 4}, "micro-batch 2 instead of 4"),
+        ({"micro_batch_size": 1}, "gradient checkpointing"),
+        ({"micro_batch_size": 1, "gradient_checkpointing": True}, "stage 2-offload"),
+        ({"micro_batch_size": 1, "gradient_checkpointing": True, "strategy": "3-offload-all"}, "more GPUs"),
+    ],
+)
+def test_next_choice_without_candidates(plan_kw, expected):
+    strategy = plan_kw.pop("strategy", "2")
+    plan = make_plan(strategy, **plan_kw)
+    if "gradient_checkpointing" in plan_kw:
+        plan.training.gradient_checkpointing = True
+    assert next_choice(plan).startswith(expected)
+
+
+def test_run_report_rows_and_table():
+    plan = make_plan("2", peak_bytes=2 * GIB)
+    ranks = [{"rank": 1, "peak_allocated_bytes": 2 * GIB, "host_rss_bytes": 5},
+             {"rank": 0, "peak_allocated_bytes": GIB, "peak_reserved_bytes": GIB, "host_rss_bytes": 5}]  # fmt: skip
+    report = build_run_report(plan, ranks, [3.0, 2.0], 1000.0, steps=2, device="cpu")
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["ranks"][0]["predicted_peak_allocated_bytes"] == 2 * GIB
+    assert report["ranks"][0]["error_pct"] == pytest.approx(100.0) and report["ranks"][1]["error_pct"] == 0
+    assert error_pct(None, 5) is None
+    assert report_table(report).row_count == 2
+
+
+def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
+    from zero_planner import launch
+    from zero_planner.train import record_oom
+
+    plan = make_plan("2", micro_batch_size=8, peak_bytes=12 * GIB, total_bytes=14 * GIB)
+    record = record_oom(plan, tmp_path, rank=1, phase="backward", step=3, error=MemoryError("CUDA out of memory"))
+    assert json.loads((tmp_path / "oom_rank1.json").read_text()) == record
+    assert record["message"].startswith("rank 1 ran out of GPU memory in backward at step 3 (plan predicted a peak "
+                                        "of 12.00 GiB, total 14.00 GiB). Next choice: micro-batch 4 instead of 8")  # fmt: skip
+    args = launch.build_parser().parse_args([str(plan_file())])
+    assert launch._explain_exit(3, 0, str(tmp_path), args) == 3
+    assert "in backward at step 3" in capsys.readouterr().err
+
+
+# --- real runs (slow) ---
+
+
+def write_plan(directory: Path, strategy: str, **kw) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("max_steps", STEPS)
+    kw.setdefault("save_every", 4)
+    path = directory / f"plan-{strategy}.json"
+    save_plan(make_plan(strategy, output_dir=str(directory / f"run-{strategy}"), **kw), path)
+    return path
+
+
+def report_of(output_dir: Path) -> dict:
+    return json.loads((output_dir / "run_report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """Stage 2 trained straight through STEPS steps: (plan path, output dir)."""
+    root = tmp_path_factory.mktemp("straight")
+    plan = write_plan(root, "2")
+    assert main([str(plan)]) == 0
+    return plan, root / "run-2"
+
+
+def final_model_loss(final_dir: Path) -> float:
+    """Returns the exported model's loss on synthetic blocks (it must have learned what training saw)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from zero_planner.data import pack_ids, synthetic_texts
+    from zero_planner.tokenizer import ByteTokenizer
+
+    model, info = AutoModelForCausalLM.from_pretrained(str(final_dir), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    tok = ByteTokenizer(model.config.vocab_size, eos_token_id=model.config.eos_token_id)
+    ids = torch.tensor(pack_ids(tok.encode_batch(synthetic_texts(40, seed=99)), 64, tok.eos_token_id)[:8])
+    with torch.no_grad():
+        return float(model(input_ids=ids, labels=ids).loss)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["2", "3", "2-offload"])
+def test_trains_two_ranks(strategy, straight_run, tmp_path):
+    if strategy == "2":
+        output_dir = straight_run[1]
+    else:
+        assert main([str(write_plan(tmp_path, strategy))]) == 0
+        output_dir = tmp_path / f"run-{strategy}"
+    report = report_of(output_dir)
+    assert report["status"] == "ok" and report["steps"] == STEPS
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    for row in report["ranks"]:
+        assert row["host_rss_bytes"] > 0
+        assert row["peak_allocated_bytes"] is None  # no device allocator on CPU
+        assert row["predicted_peak_allocated_bytes"] == GIB
+    losses = report["losses"]
+    assert len(losses) == STEPS and losses[-1] < losses[0] - 1.5
+    assert report["tokens_per_second"] > 0
+    assert final_model_loss(output_dir / "final") < losses[0] - 1.5
+    assert ckpt.problem(output_dir / "checkpoints" / ckpt.tag_for(STEPS)) is None
+
+
+@pytest.mark.slow
+def test_resume_replays_the_same_losses(straight_run, tmp_path):
+    plan, straight_dir = straight_run
+    out = tmp_path / "resumed"
+    assert main([str(plan), "--output-dir", str(out), "--max-steps", str(STEPS // 2)]) == 0
+    assert len(report_of(out)["losses"]) == STEPS // 2
+    assert main([str(plan), "--output-dir", str(out), "--max-steps", str(STEPS), "--resume"]) == 0
+    assert report_of(out)["losses"] == pytest.approx(report_of(straight_dir)["losses"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_sigint_saves_then_resume_skips_a_corrupt_checkpoint(tmp_path, capfd):
+    plan = write_plan(tmp_path, "2", max_steps=5000, save_every=3)
+    out = tmp_path / "run-2"
+    first = out / "checkpoints" / "step3" / ckpt.MARKER
+
+    def interrupt_after_first_checkpoint():
+        deadline = time.time() + 180
+        while not first.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)  # reaches zero-run's handler, as a terminal Ctrl-C would
+
+    threading.Thread(target=interrupt_after_first_checkpoint, daemon=True).start()
+    assert main([str(plan)]) == 130
+    interrupted = report_of(out)
+    stopped_at = interrupted["steps"]
+    assert interrupted["status"] == "interrupted" and 3 < stopped_at < 5000
+    newest = out / "checkpoints" / ckpt.tag_for(stopped_at)
+    assert ckpt.problem(newest) is None and not (out / "final").exists()
+
+    # Damage the newest checkpoint: resume must warn, fall back to an earlier one and replay the same losses.
+    optim = next(newest.glob("*optim_states.pt"))
+    optim.write_bytes(optim.read_bytes()[:100])
+    capfd.readouterr()
+    target = stopped_at + 2
+    assert main([str(plan), "--resume", "--max-steps", str(target)]) == 0
+    captured = capfd.readouterr()
+    assert f"step{stopped_at} is corrupt" in captured.out + captured.err
+    resumed = report_of(out)["losses"]
+    assert len(resumed) == target
+    assert resumed[:stopped_at] == pytest.approx(interrupted["losses"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_stage3_fine_tunes_an_exported_model(straight_run, tmp_path):
+    """from_pretrained under ZeRO-3 (partitioned while loading): training starts where the export left off."""
+    _, straight_dir = straight_run
+    plan = make_plan("3", output_dir=str(tmp_path / "ft"), max_steps=2, save_every=2)
+    plan.model.init = "pretrained"
+    plan.model.weights_path = str(straight_dir / "final")
+    save_plan(plan, tmp_path / "plan.json")
+    assert main([str(tmp_path / "plan.json")]) == 0
+    first_loss = report_of(tmp_path / "ft")["losses"][0]
+    assert first_loss < report_of(straight_dir)["losses"][0] - 1.5

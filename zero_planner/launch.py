@@ -1,0 +1,390 @@
+"""zero-run: turn a plan into a `deepspeed` launcher command, check this machine, and run it.
+
+    zero-run PLAN.json [--dry-run] [--hostfile FILE] [--max-steps N] [--output-dir DIR] [--resume]
+    zero-run PLAN.json --script TRAIN.py -- ARGS...
+
+The command and its environment come from one pure function, `build_launch` (argv, env); `launch_command`
+is what the planner stores in `launch.command`. `_spawn` is the only place a process is started. No torch
+or deepspeed import at module level: zero-run must start fast and `--dry-run` needs neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zero_planner.checkpoint import run_disk_bytes
+from zero_planner.errors import InputError
+from zero_planner.plan import Plan, load_plan
+
+DEFAULT_MASTER_PORT = 29500  # DeepSpeed's own default; zero-run picks a free port at run time instead
+TRAIN_MODULE = "zero_planner.train"
+DS_CONFIG_NAME = "ds_config.json"
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
+GPU_MEMORY_TOLERANCE = 0.10
+"""A GPU may report up to 10% less memory than the catalog's figure for its type (16 GB T4 = 14.6 GiB)."""
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def ds_config_path(plan: Plan, output_dir: str | None = None) -> str:
+    """Returns where zero-run writes the plan's DeepSpeed JSON for a user script."""
+    return str(Path(output_dir or plan.training.output_dir) / DS_CONFIG_NAME)
+
+
+def parse_hostfile(text: str) -> list[tuple[str, int]]:
+    """Returns [(host, slots)] from a DeepSpeed hostfile (`host slots=N` per line, # comments)."""
+    hosts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = [p for p in parts[1:] if p.startswith("slots=")]
+        if len(parts) != 2 or not slots or not slots[0][6:].isdigit():
+            raise InputError(f"hostfile line {number} {line!r} is not 'HOST slots=N'")
+        hosts.append((parts[0], int(slots[0][6:])))
+    if not hosts:
+        raise InputError("hostfile lists no hosts (expected lines of 'HOST slots=N')")
+    return hosts
+
+
+def build_launch(
+    plan: Plan,
+    *,
+    plan_path: str,
+    script: str | None = None,
+    script_args: Sequence[str] = (),
+    hostfile: str | None = None,
+    hosts: list[tuple[str, int]] | None = None,
+    num_nodes: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    max_steps: int | None = None,
+    output_dir: str | None = None,
+    resume: bool = False,
+    config_flag: str = "--deepspeed_config",
+) -> tuple[list[str], dict[str, str]]:
+    """Returns (argv, env): the `deepspeed` launcher argument list and the environment variables it adds.
+
+    One node: `--num_gpus`. Several (plan.hardware.nodes > 1 or a hostfile): `--hostfile`, `--num_nodes`,
+    `--num_gpus` per node and `--master_addr` (default: the hostfile's first host, from `hosts`).
+    """
+    hw = plan.hardware
+    nodes = num_nodes or hw.nodes
+    argv = ["deepspeed"]
+    if nodes > 1 or hostfile:
+        if not hostfile:
+            raise InputError(f"the plan is for {nodes} nodes; pass --hostfile FILE listing them ('HOST slots=N')")
+        if hosts is not None:
+            if len(hosts) < nodes:
+                raise InputError(f"hostfile {hostfile!r} lists {len(hosts)} hosts; the plan needs nodes({nodes})")
+            short = [f"{h}(slots={s})" for h, s in hosts[:nodes] if s < hw.gpus_per_node]
+            if short:
+                raise InputError(
+                    f"hostfile {hostfile!r}: {', '.join(short)} below the plan's gpus_per_node({hw.gpus_per_node})"
+                )
+        addr = master_addr or (hosts[0][0] if hosts else None)
+        argv += ["--hostfile", hostfile, "--num_nodes", str(nodes), "--num_gpus", str(hw.gpus_per_node)]
+        if addr:
+            argv += ["--master_addr", addr]
+    else:
+        argv += ["--num_gpus", str(hw.gpus_per_node)]
+        if master_addr:
+            argv += ["--master_addr", master_addr]
+    argv += ["--master_port", str(master_port or DEFAULT_MASTER_PORT)]
+
+    if script is not None:
+        if config_flag not in CONFIG_FLAGS:
+            raise InputError(f"config flag {config_flag!r} is not one of {', '.join(CONFIG_FLAGS)}")
+        argv += [script, config_flag, ds_config_path(plan, output_dir), *script_args]
+    else:
+        if script_args:
+            raise InputError("arguments after -- are for --script TRAIN.py; zero-run's own trainer takes none")
+        argv += ["--module", TRAIN_MODULE, "--plan", plan_path]
+        if output_dir:
+            argv += ["--output-dir", output_dir]
+        if max_steps is not None:
+            argv += ["--max-steps", str(max_steps)]
+        if resume:
+            argv.append("--resume")
+
+    env = {}
+    if hw.gpu == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    return argv, env
+
+
+def launch_command(plan: Plan, plan_path: str = "plan.json") -> list[str]:
+    """Returns the launcher argument list stored in the plan (`launch.command`); DS_ACCELERATOR=cpu for cpu plans
+    is an environment variable, so it leads the list as `env DS_ACCELERATOR=cpu` to stay one runnable command."""
+    argv, env = build_launch(plan, plan_path=plan_path, hostfile="hostfile" if plan.hardware.nodes > 1 else None)
+    if env:
+        return ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    return argv
+
+
+# --- checks before launch: "can this machine run the plan" (the plan's coherence is pydantic's job) ---
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this node has, as preflight sees it; gpus is [(name, total bytes)], None when not probed."""
+
+    gpus: list[tuple[str, int]] | None
+    host_available_bytes: int
+    disk_free_bytes: int
+    notes: list[str] = field(default_factory=list)
+
+
+def existing_parent(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def probe_machine(plan: Plan, output_dir: str) -> Machine:
+    """Returns this node's GPUs, available host memory and free disk under `output_dir` (imports torch for GPUs)."""
+    import shutil
+
+    import psutil
+
+    gpus = None
+    if plan.hardware.gpu != "cpu":
+        import torch
+
+        gpus = []
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(i)
+                gpus.append((props.name, int(props.total_memory)))
+    disk = shutil.disk_usage(existing_parent(Path(output_dir))).free
+    return Machine(gpus=gpus, host_available_bytes=int(psutil.virtual_memory().available), disk_free_bytes=disk)
+
+
+def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
+    """Returns one line per reason this machine cannot run the plan (empty when it can)."""
+    gib = 2**30
+    hw, problems = plan.hardware, []
+    if hw.gpu != "cpu" and machine.gpus is not None:
+        if len(machine.gpus) < hw.gpus_per_node:
+            problems.append(
+                f"the plan needs {hw.gpus_per_node} GPUs per node ({hw.gpu}); this machine has {len(machine.gpus)}"
+            )
+        need = plan.estimate.per_gpu.total
+        used = list(enumerate(machine.gpus[: hw.gpus_per_node]))
+        # The smallest GPU decides; one line for it, not one per GPU.
+        for i, (name, total) in sorted(used, key=lambda g: g[1][1])[:1]:
+            if total < need:
+                problems.append(
+                    f"GPU {i} ({name}) has {total / gib:.1f} GiB; the plan needs {need / gib:.1f} GiB per GPU "
+                    f"(planned for {hw.gpu}); plan again with --gpus auto"
+                )
+            elif total < hw.gpu_memory_bytes * (1 - GPU_MEMORY_TOLERANCE):
+                problems.append(
+                    f"GPU {i} ({name}) has {total / gib:.1f} GiB, less than the planned {hw.gpu} "
+                    f"({hw.gpu_memory_bytes / gib:.1f} GiB); plan again with --gpus auto"
+                )
+    offload = plan.strategy.offload_optimizer != "none" or plan.strategy.offload_param != "none"
+    if offload and machine.host_available_bytes < plan.estimate.cpu.total:
+        problems.append(
+            f"offload ({plan.strategy.name or plan.strategy.stage}) needs {plan.estimate.cpu.total / gib:.1f} GiB of "
+            f"host memory; {machine.host_available_bytes / gib:.1f} GiB is available"
+        )
+    disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision)
+    if machine.disk_free_bytes < disk:
+        problems.append(
+            f"checkpoints and the final model need about {disk / gib:.1f} GiB under {output_dir!r}; "
+            f"{machine.disk_free_bytes / gib:.1f} GiB is free (choose --output-dir elsewhere)"
+        )
+    return problems
+
+
+# --- the CLI ---
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zero-run",
+        description="Train from a zero-plan plan file through the deepspeed launcher.",
+        epilog="Arguments after -- go to the --script.",
+    )
+    parser.add_argument("plan", help="plan file written by zero-plan -o")
+    parser.add_argument("--dry-run", action="store_true", help="print the command and DeepSpeed JSON; launch nothing")
+    parser.add_argument("--hostfile", help="DeepSpeed hostfile ('HOST slots=N' lines) for multi-node plans")
+    parser.add_argument("--master-addr", help="address of the first node (default: the hostfile's first host)")
+    parser.add_argument("--master-port", type=int, help="rendezvous port (default: a free one)")
+    parser.add_argument("--script", help="your own training script, given the DeepSpeed JSON via --deepspeed_config")
+    parser.add_argument(
+        "--config-flag",
+        choices=[f[2:] for f in CONFIG_FLAGS],
+        default="deepspeed_config",
+        help="how --script receives the JSON: deepspeed_config (DeepSpeed's argument) or deepspeed (HF Trainer)",
+    )
+    parser.add_argument("--max-steps", type=int, help="overrides training.max_steps")
+    parser.add_argument("--output-dir", help="overrides training.output_dir")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
+    return parser
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Returns (zero-run's arguments, the script's arguments after the first `--`)."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
+    """Checks, then launches (or prints, with --dry-run); returns the exit status."""
+    plan = load_plan(args.plan)
+    if args.max_steps is not None and args.max_steps < 1:
+        raise InputError(f"--max-steps {args.max_steps} must be at least 1")
+    output_dir = args.output_dir or plan.training.output_dir
+    hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
+    if args.script is not None and not Path(args.script).is_file():
+        raise InputError(f"--script {args.script!r} does not exist")
+    argv, env = build_launch(
+        plan,
+        plan_path=str(Path(args.plan).absolute()),
+        script=args.script,
+        script_args=script_args,
+        hostfile=args.hostfile,
+        hosts=hosts,
+        master_addr=args.master_addr,
+        master_port=args.master_port or (DEFAULT_MASTER_PORT if args.dry_run else free_port()),
+        max_steps=args.max_steps,
+        output_dir=args.output_dir,
+        resume=args.resume,
+        config_flag="--" + args.config_flag,
+    )
+    shown = " ".join([*(f"{k}={v}" for k, v in sorted(env.items())), shlex.join(argv)])
+    if args.dry_run:
+        print(shown)
+        print(json.dumps(plan.deepspeed_config, indent=2))
+        return 0
+
+    problems = preflight(plan, probe_machine(plan, output_dir), output_dir=output_dir)
+    if problems:
+        for line in problems:
+            print(f"zero-run: refusing to launch: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    for stale in Path(output_dir).glob("oom_rank*.json"):
+        stale.unlink()
+    if args.script is not None:
+        Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
+    print(f"zero-run: {shown}", flush=True)
+    rc, signals = _spawn(argv, env, multi_node=bool(args.hostfile))
+    return _explain_exit(rc, signals, output_dir, args)
+
+
+def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespace) -> int:
+    if rc == 0 and not signals:
+        return 0
+    ooms = sorted(Path(output_dir).glob("oom_rank*.json"))
+    if ooms:
+        message = json.loads(ooms[0].read_text()).get("message", "out of memory")
+        print(f"zero-run: {message}", file=sys.stderr)
+        return rc or 1
+    if signals:
+        print(f"zero-run: interrupted; continue with: zero-run {shlex.quote(args.plan)} --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"zero-run: the launcher exited with status {rc}", file=sys.stderr)
+    return rc if rc > 0 else 1
+
+
+def _spawn(argv: list[str], env: dict[str, str], *, multi_node: bool) -> tuple[int, int]:
+    """Runs the launcher (the only spawn in zero-planner); returns (exit status, signals forwarded).
+
+    The launcher gets its own session, so a terminal's Ctrl-C reaches zero-run alone, which passes it on:
+    on one node straight to the ranks (each finishes its step and saves; the launcher then exits by itself,
+    so waiting on it covers the save), on several to DeepSpeed's runner, which relays it to the remote
+    nodes. A second signal kills the whole process group.
+    """
+    import subprocess
+
+    exe = Path(sys.executable).with_name(argv[0])
+    full_env = {**os.environ, **env}
+    # Ranks run `python -m zero_planner.train`: make this copy of the package importable there too.
+    package_root = str(Path(__file__).resolve().parents[1])
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    cmd = [str(exe) if exe.exists() else argv[0], *argv[1:]]
+    proc = subprocess.Popen(cmd, env=full_env, start_new_session=True)
+    received = 0
+
+    def forward(signum, frame):
+        nonlocal received
+        received += 1
+        if received == 1:
+            _forward_signal(proc.pid, signum, multi_node=multi_node)
+        else:
+            _killpg(proc.pid, signal.SIGKILL)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return rc, received
+
+
+def _forward_signal(pid: int, signum: int, *, multi_node: bool) -> None:
+    import psutil
+
+    try:
+        runner = psutil.Process(pid)
+        targets = [runner] if multi_node else []
+        if not multi_node:
+            # runner -> deepspeed.launcher.launch -> ranks: the ranks are the launcher's children.
+            for child in runner.children():
+                targets += child.children() or [child]
+        for proc in targets or [runner]:
+            proc.send_signal(signum)
+    except psutil.Error:
+        _killpg(pid, signum)
+
+
+def _killpg(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as error:
+        raise InputError(f"{what} {path!r} is not readable: {error.strerror}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, script_args = split_argv(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own)
+    try:
+        return run(args, script_args)
+    except InputError as error:
+        print(f"zero-run: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The plan file: pydantic models, load and save. `schema_version` comes first in every file.
+
+All memory figures are int bytes (DESIGN.md). Fields other code relies on are documented there; more may be
+added, but a rename or a change of meaning bumps SCHEMA_VERSION.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from zero_planner.errors import InputError
+
+SCHEMA_VERSION = 1
+
+Precision = Literal["bf16", "fp16", "fp32"]
+Method = Literal["full", "lora", "qlora"]
+Task = Literal["causal-lm", "seq-cls"]
+Offload = Literal["none", "cpu", "nvme"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+
+class ModelInfo(_Model):
+    name: str
+    """What the user passed to --model (catalog name, hub id or path)."""
+    hub_id: str | None = None
+    source: str = "catalog"
+    """catalog | hub | folder | file: where the config came from."""
+    params: int
+    """Total parameter count, tied tensors counted once."""
+    trainable_params: int
+    """Parameters the optimizer updates (all for full fine-tuning; the adapters for LoRA/QLoRA)."""
+    init: Literal["pretrained", "random"] = "random"
+    """random: only a config exists, zero-run initialises the weights randomly."""
+    weights_path: str | None = None
+    largest_layer: str | None = None
+    largest_layer_params: int | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The model's config.json, so zero-run can build the model with no network."""
+
+
+class HardwareInfo(_Model):
+    gpu: str
+    nodes: int = 1
+    gpus_per_node: int
+    gpu_memory_bytes: int
+    cpu_memory_bytes: int
+    """Host memory per node available to the run."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class TrainingInfo(_Model):
+    micro_batch_size: int
+    gradient_accumulation_steps: int = 1
+    seq_len: int
+    gradient_checkpointing: bool
+    precision: Precision
+    method: Method = "full"
+    task: Task = "causal-lm"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    num_labels: int = 2
+    """seq-cls only: classes of the classification head."""
+    max_steps: int = 50
+    output_dir: str = "runs/zero-run"
+    dataset: str = "synthetic"
+    """synthetic (built in), a hub dataset name, or local json/jsonl/parquet/txt files."""
+    text_field: str = "text"
+    learning_rate: float = 2e-5
+    save_every: int = 25
+    log_every: int = 5
+    seed: int = 1234
+
+
+class StrategyInfo(_Model):
+    stage: int = Field(ge=0, le=3)
+    offload_optimizer: Offload = "none"
+    offload_param: Offload = "none"
+    name: str = ""
+    """Short name: 0, 1, 2, 2-offload, 3, 3-offload, 3-offload-all."""
+
+
+class PerGpuEstimate(_Model):
+    params: int
+    gradients: int
+    optimizer: int
+    activations: int
+    buffers: int
+    overhead: int
+    peak_allocated: int
+    total: int
+
+
+class CpuEstimate(_Model):
+    total: int
+    """Host memory per node the run needs: offloaded states, pinned buffers, one process per GPU."""
+
+
+class Estimate(_Model):
+    per_gpu: PerGpuEstimate
+    cpu: CpuEstimate
+
+
+class Candidate(_Model):
+    strategy: StrategyInfo
+    micro_batch_size: int
+    gradient_checkpointing: bool
+    fits: bool
+    estimate: Estimate
+    tokens_per_second: float
+    reason: str
+    chosen: bool = False
+
+
+class LaunchInfo(_Model):
+    command: list[str]
+
+
+class Plan(_Model):
+    schema_version: int = SCHEMA_VERSION
+    model: ModelInfo
+    hardware: HardwareInfo
+    training: TrainingInfo
+    strategy: StrategyInfo
+    estimate: Estimate
+    candidates: list[Candidate] = Field(default_factory=list)
+    deepspeed_config: dict[str, Any]
+    launch: LaunchInfo
+    notes: list[str] = Field(default_factory=list)
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    """Writes the plan as indented JSON (schema_version first) via a temp file, so a crash leaves no half file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(plan_json(plan) + "\n")
+    tmp.replace(path)
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.model_dump(mode="json"), indent=2)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Returns the validated plan at `path`; InputError (one line) when missing, not JSON or invalid."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"plan file {str(path)!r} does not exist (make one with zero-plan ... -o {path})") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"plan file {str(path)!r} is not readable JSON: {error}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise InputError(
+            f"plan file {str(path)!r} has schema_version {version!r}; this zero-planner reads {SCHEMA_VERSION}"
+        )
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"plan file {str(path)!r} is invalid at {where}: {first['msg']}") from None

@@ -1,0 +1,150 @@
+"""zero-run's reports: run_report.json (measured vs predicted), its printed table, and OOM advice.
+
+Bytes become text only here (2**30 is GiB). No torch import: the data comes from the ranks as numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zero_planner.plan import Candidate, Plan
+
+GIB = 2**30
+STAGE_ORDER = ["0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all"]
+
+
+def gib(num_bytes: int | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / GIB:.2f} GiB"
+
+
+def error_pct(measured: int | float | None, predicted: int | float | None) -> float | None:
+    """Returns (predicted - measured) / measured in %, positive when the plan over-predicts; None if unknown."""
+    if not measured or predicted is None:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def build_run_report(
+    plan: Plan,
+    ranks: list[dict[str, Any]],
+    losses: list[float],
+    tokens_per_second: float | None,
+    *,
+    steps: int,
+    device: str,
+    status: str = "ok",
+    versions: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Returns run_report.json's content: per-rank measured peaks next to the plan's predicted peak."""
+    predicted = plan.estimate.per_gpu.peak_allocated
+    rows = []
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        rows.append(
+            {
+                "rank": r["rank"],
+                "peak_allocated_bytes": r.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": r.get("peak_reserved_bytes"),
+                "host_rss_bytes": r.get("host_rss_bytes"),
+                "predicted_peak_allocated_bytes": predicted,
+                "error_pct": error_pct(r.get("peak_allocated_bytes"), predicted),
+            }
+        )
+    return {
+        "status": status,
+        "model": plan.model.name,
+        "strategy": plan.strategy.name or str(plan.strategy.stage),
+        "micro_batch_size": plan.training.micro_batch_size,
+        "gradient_accumulation_steps": plan.training.gradient_accumulation_steps,
+        "seq_len": plan.training.seq_len,
+        "device": device,
+        "world_size": len(rows),
+        "steps": steps,
+        "ranks": rows,
+        "losses": losses,
+        "tokens_per_second": tokens_per_second,
+        "predicted_tokens_per_second": _chosen_tokens_per_second(plan),
+        "predicted_total_bytes": plan.estimate.per_gpu.total,
+        "versions": versions or {},
+    }
+
+
+def _chosen_tokens_per_second(plan: Plan) -> float | None:
+    for candidate in plan.candidates:
+        if candidate.chosen:
+            return candidate.tokens_per_second
+    return None
+
+
+def report_table(report: dict[str, Any]):
+    """Returns a rich Table: one row per rank, measured vs predicted peak allocated with the error in %."""
+    from rich.table import Table
+
+    title = (
+        f"zero-run {report['model']} · stage {report['strategy']} · {report['world_size']} ranks on "
+        f"{report['device']} · {report['steps']} steps"
+    )
+    table = Table(title=title)
+    for name in ("rank", "peak allocated", "predicted", "error", "peak reserved", "host RSS"):
+        table.add_column(name, justify="right")
+    for row in report["ranks"]:
+        err = row["error_pct"]
+        table.add_row(
+            str(row["rank"]),
+            gib(row["peak_allocated_bytes"]),
+            gib(row["predicted_peak_allocated_bytes"]),
+            "-" if err is None else f"{err:+.1f}%",
+            gib(row["peak_reserved_bytes"]),
+            gib(row["host_rss_bytes"]),
+        )
+    tps = report.get("tokens_per_second")
+    losses = report.get("losses") or []
+    caption = [f"tokens/s {tps:,.0f}" if tps else "tokens/s -"]
+    if report.get("predicted_tokens_per_second"):
+        caption.append(f"(predicted {report['predicted_tokens_per_second']:,.0f})")
+    if losses:
+        caption.append(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    table.caption = " ".join(caption)
+    return table
+
+
+def next_choice(plan: Plan) -> str:
+    """Returns what the planner would choose after an OOM: the fastest fitting candidate with a lower predicted
+    peak, else a smaller micro-batch, else gradient checkpointing, else the next stage."""
+    peak = plan.estimate.per_gpu.peak_allocated
+    lower = [c for c in plan.candidates if c.fits and c.estimate.per_gpu.peak_allocated < peak]
+    if lower:
+        best = max(lower, key=lambda c: (c.tokens_per_second, -c.estimate.per_gpu.peak_allocated))
+        return f"{describe(best)} (predicted peak {gib(best.estimate.per_gpu.peak_allocated)}): " + _replan_hint(
+            plan, best
+        )
+    micro = plan.training.micro_batch_size
+    if micro > 1:
+        return f"micro-batch {micro // 2} instead of {micro}: zero-plan ... --micro-batch {micro // 2}"
+    if not plan.training.gradient_checkpointing:
+        return "gradient checkpointing: zero-plan ... --grad-checkpointing"
+    name = plan.strategy.name or str(plan.strategy.stage)
+    later = STAGE_ORDER[STAGE_ORDER.index(name) + 1 :] if name in STAGE_ORDER else []
+    if later:
+        return f"stage {later[0]}: zero-plan ... --stage {later[0]}"
+    return "more GPUs, LoRA/QLoRA or a shorter sequence: nothing smaller is left at this size"
+
+
+def describe(candidate: Candidate) -> str:
+    ckpt = "with" if candidate.gradient_checkpointing else "without"
+    name = candidate.strategy.name or str(candidate.strategy.stage)
+    return f"stage {name}, micro-batch {candidate.micro_batch_size}, {ckpt} gradient checkpointing"
+
+
+def _replan_hint(plan: Plan, candidate: Candidate) -> str:
+    name = candidate.strategy.name or str(candidate.strategy.stage)
+    ckpt = "--grad-checkpointing" if candidate.gradient_checkpointing else "--no-grad-checkpointing"
+    return f"zero-plan ... --stage {name} --micro-batch {candidate.micro_batch_size} {ckpt}"
+
+
+def oom_message(plan: Plan, *, rank: int, phase: str, step: int) -> str:
+    """Returns the one-paragraph OOM explanation printed and written to oom.json."""
+    return (
+        f"rank {rank} ran out of GPU memory in {phase} at step {step} "
+        f"(plan predicted a peak of {gib(plan.estimate.per_gpu.peak_allocated)}, total "
+        f"{gib(plan.estimate.per_gpu.total)}). Next choice: {next_choice(plan)}"
+    )

@@ -1,0 +1,454 @@
+"""zero-run's training entry point, run on every rank by the `deepspeed` launcher.
+
+    python -m zero_planner.train --plan PLAN.json [--output-dir DIR] [--max-steps N] [--resume]
+
+One optimizer step is the reference step of DESIGN.md: forward with labels=input_ids, engine.backward,
+engine.step (once per micro-batch; DeepSpeed steps the optimizer at the accumulation boundary). Peaks are
+measured from just after deepspeed.initialize (and the checkpoint load), as benchmarks/gpu_step.py does.
+
+Outputs under OUTPUT_DIR: checkpoints/step{N}/ (see checkpoint.py), final/ (a consolidated Hugging Face
+folder), run_report.json, and oom.json when a rank ran out of memory.
+
+Exit status: 0 done; 2 bad input; 3 out of memory; 128+signal when stopped by SIGINT/SIGTERM after saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from zero_planner import checkpoint as ckpt
+from zero_planner.errors import InputError
+from zero_planner.plan import Plan, load_plan
+
+EXIT_BAD_INPUT = 2
+EXIT_OOM = 3
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="plan file written by zero-plan")
+    parser.add_argument("--output-dir", default=None, help="overrides training.output_dir")
+    parser.add_argument("--max-steps", type=int, default=None, help="overrides training.max_steps")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
+    parser.add_argument("--local_rank", type=int, default=-1, help=argparse.SUPPRESS)  # set by the launcher
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+        return train(
+            plan,
+            output_dir=Path(args.output_dir or plan.training.output_dir),
+            max_steps=args.max_steps if args.max_steps is not None else plan.training.max_steps,
+            resume=args.resume,
+        )
+    except InputError as error:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"zero-run: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+
+
+class StopRequest:
+    """Remembers the first SIGINT/SIGTERM; the loop finishes its step, saves, and leaves."""
+
+    def __init__(self):
+        self.signum = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        # The launcher forwards a signal it got too, so a second one is expected and changes nothing.
+        self.signum = self.signum or signum
+
+
+def has_weights(path: str | None) -> bool:
+    """Returns True when `path` is a folder holding model weight files."""
+    if not path or not Path(path).is_dir():
+        return False
+    return any(p.suffix in WEIGHT_SUFFIXES for p in Path(path).iterdir())
+
+
+class Ranks:
+    """The process group's facts and the few collectives the loop needs (torch imported lazily)."""
+
+    def __init__(self):
+        import deepspeed
+        import torch
+        import torch.distributed as dist
+        from deepspeed.accelerator import get_accelerator
+
+        deepspeed.init_distributed()
+        self.dist = dist
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.on_cuda = get_accelerator().device_name() == "cuda"
+        if self.on_cuda:
+            torch.cuda.set_device(self.local_rank)
+        self.device = torch.device(f"cuda:{self.local_rank}" if self.on_cuda else "cpu")
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def any(self, flag: bool | int) -> int:
+        """Returns the largest `flag` over all ranks (0 when none raised it)."""
+        import torch
+
+        t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def all_ok(self, ok: bool) -> bool:
+        return self.any(not ok) == 0
+
+    def gather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        self.dist.all_gather_object(out, obj)
+        return out
+
+
+def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False) -> int:
+    """Trains the planned model to `max_steps` optimizer steps; returns the exit status."""
+    import deepspeed
+    import torch
+
+    from zero_planner import data as zdata
+    from zero_planner.report import build_run_report, report_table
+    from zero_planner.tokenizer import load_tokenizer
+
+    stop = StopRequest()
+    stop.install()
+    ranks = Ranks()
+    rank, world = ranks.rank, ranks.world_size
+    console = _console(rank)
+    t = plan.training
+    if world != plan.hardware.world_size:
+        raise InputError(
+            f"the plan is for {plan.hardware.world_size} ranks "
+            f"(nodes({plan.hardware.nodes}) * gpus_per_node({plan.hardware.gpus_per_node})) "
+            f"but {world} were launched"
+        )
+    if t.task != "causal-lm" or t.method != "full":
+        raise InputError(
+            f"zero-run trains task causal-lm with method full; this plan has task {t.task!r}, method "
+            f"{t.method!r} (use zero-run --script with your own training script)"
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir = output_dir / ckpt.CHECKPOINTS_DIR
+    ds_config = dict(plan.deepspeed_config)
+    micro, accum, seq_len = t.micro_batch_size, t.gradient_accumulation_steps, t.seq_len
+    stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+
+    # Data first, rank 0 ahead of the others so that files and hub datasets are prepared (and cached) once.
+    tokenizer = load_tokenizer(plan.model.config, plan.model.weights_path)
+    if rank != 0:
+        import datasets
+
+        datasets.disable_progress_bars()  # one progress bar (rank 0's) is enough
+        ranks.barrier()
+    try:
+        blocks = zdata.tokenize_and_pack(zdata.load_text_dataset(t.dataset, t.text_field, seed=t.seed), tokenizer, seq_len)
+    finally:
+        if rank == 0:
+            ranks.barrier()
+    order = zdata.BlockOrder(len(blocks), world, rank, micro, t.seed)
+
+    torch.manual_seed(t.seed)
+    model, attn = _build_model(plan, ds_config, ranks)
+    engine, *_ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
+    )
+
+    start_step, losses = 0, []
+    if resume:
+        start_step, losses = _resume(engine, ckpt_dir, ranks, console, world)
+    if ranks.on_cuda:
+        torch.cuda.synchronize()
+        # The contract measures peaks after deepspeed.initialize: drop init-time transients first.
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+    console.print(
+        f"zero-run: {plan.model.name} ({plan.model.init} init, {attn}) stage {plan.strategy.name or stage} on "
+        f"{world} ranks; micro-batch {micro} x accum {accum} x seq {seq_len}; data {t.dataset} "
+        f"({len(blocks)} blocks, tokenizer {tokenizer.name}); steps {start_step}->{max_steps}"
+    )
+    tokens_per_step = world * micro * accum * seq_len
+    step = start_step
+    timed_s, timed_steps = 0.0, 0
+    phase = "forward"
+    stopping = 0
+    progress = _progress(console, rank, total=max_steps, completed=start_step)
+    try:
+        with progress:
+            task = progress.add_task("train", total=max_steps, completed=start_step, info="")
+            while step < max_steps:
+                # Reseeding per step keeps any dropout identical across an interruption and resume.
+                torch.manual_seed(t.seed + 1_000_003 * step + rank)
+                started = time.perf_counter()
+                step_loss = 0.0
+                for m in range(accum):
+                    idx = order.micro_batch(step * accum + m)
+                    ids = torch.tensor(blocks[idx]["input_ids"], dtype=torch.long, device=engine.device)
+                    phase = "forward"
+                    loss = engine(input_ids=ids, labels=ids).loss
+                    phase = "backward"
+                    engine.backward(loss)
+                    phase = "step"
+                    engine.step()
+                    step_loss += float(loss.detach().float().item()) / accum
+                if ranks.on_cuda:
+                    torch.cuda.synchronize()
+                elapsed = time.perf_counter() - started
+                step += 1
+                losses.append(step_loss)
+                if step > start_step + 1 or max_steps - start_step == 1:
+                    timed_s, timed_steps = timed_s + elapsed, timed_steps + 1  # the first step warms up
+                tps = tokens_per_step * timed_steps / timed_s if timed_s else tokens_per_step / elapsed
+                info = f"loss {step_loss:.4f}  {tps:,.0f} tok/s  mem {_mem_text(ranks.on_cuda)}"
+                progress.update(task, completed=step, info=info)
+                if t.log_every and step % t.log_every == 0:
+                    console.print(f"step {step}/{max_steps}  {info}")
+                stopping = ranks.any(stop.signum)
+                if step % t.save_every == 0 or step == max_steps or stopping:
+                    _save(engine, ckpt_dir, step, losses, ranks, world, plan)
+                    console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
+                if stopping:
+                    break
+    except torch.OutOfMemoryError as error:
+        record = record_oom(plan, output_dir, rank=rank, phase=phase, step=step + 1, error=error)
+        print(f"zero-run: {record['message']}", file=sys.stderr, flush=True)
+        # Peers may now wait forever in a collective; leave at once, the launcher stops them. Checkpoints
+        # already marked complete are untouched: nothing is written to them after their marker.
+        os._exit(EXIT_OOM)
+
+    interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
+    if not interrupted and step > start_step:
+        _export(engine, output_dir / "final", ranks, tokenizer, stage)
+    stats = _rank_stats(rank, ranks.on_cuda)
+    all_stats = ranks.gather(stats)
+    if rank == 0:
+        report = build_run_report(
+            plan,
+            all_stats,
+            losses,
+            tokens_per_step * timed_steps / timed_s if timed_s else None,
+            steps=step,
+            device=_device_name(ranks.on_cuda),
+            status="interrupted" if interrupted else "ok",
+            versions=_versions(),
+        )
+        ckpt.write_json_atomic(output_dir / "run_report.json", report)
+        console.print(report_table(report))
+        if interrupted:
+            console.print(f"zero-run: stopped at step {step}; continue with --resume")
+    ranks.barrier()
+    if interrupted:
+        return 128 + int(stopping)  # the first signal any rank got
+    return 0
+
+
+def record_oom(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int, error: BaseException) -> dict:
+    """Writes OUTPUT_DIR/oom_rank{rank}.json (phase, step, what the planner would choose next); returns it."""
+    from zero_planner.report import oom_message
+
+    message = oom_message(plan, rank=rank, phase=phase, step=step)
+    record = {"rank": rank, "phase": phase, "step": step, "message": message, "error": str(error)[:500]}
+    ckpt.write_json_atomic(Path(output_dir) / f"oom_rank{rank}.json", record)
+    return record
+
+
+def _build_model(plan: Plan, ds_config: dict[str, Any], ranks: Ranks):
+    """Returns (model, attn): from_pretrained where the plan's weights exist, random init otherwise."""
+    from zero_planner.modeling import attn_implementation_for, build_model
+
+    t = plan.training
+    weights = plan.model.weights_path if has_weights(plan.model.weights_path) else None
+    if plan.model.init == "pretrained" and weights is None:
+        raise InputError(f"the plan says pretrained weights but {plan.model.weights_path!r} holds no weight files")
+    stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    # Always ask on the meta device, even when the plan records attn: it also imports the architecture's
+    # modules, which must not happen first inside deepspeed.zero.Init (its patched tensor constructors
+    # break transformers' lazy module import: "Signature mismatch ... tensor_pynew").
+    probed = attn_implementation_for(plan.model.config, t.task)
+    attn = t.attn_implementation or probed
+    if weights is not None and stage == 3:
+        return _pretrained_zero3(weights, ds_config, plan, attn), attn
+    return build_model(
+        plan.model.config,
+        precision=t.precision,
+        ds_config=ds_config,
+        device=str(ranks.device),
+        attn_implementation=attn,
+        task=t.task,
+        gradient_checkpointing=t.gradient_checkpointing,
+        weights_path=weights,
+    )
+
+
+def _pretrained_zero3(weights: str, ds_config: dict[str, Any], plan: Plan, attn: str):
+    """Returns the pretrained model partitioned at load time: transformers' from_pretrained enters
+    deepspeed.zero.Init itself and loads each shard into the partitions while an HfDeepSpeedConfig is alive
+    (wrapping it in zero.Init from outside would load weights into already-partitioned parameters)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from zero_planner.modeling import TORCH_DTYPES
+
+    hf_ds = HfDeepSpeedConfig(ds_config)  # noqa: F841 - transformers holds a weak reference to it
+    dtype = getattr(torch, TORCH_DTYPES[plan.training.precision])
+    model = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype, attn_implementation=attn)
+    if plan.training.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    model._zero_run_hf_ds = hf_ds  # keep it alive as long as the model
+    return model
+
+
+def _resume(engine, ckpt_dir: Path, ranks: Ranks, console, world: int) -> tuple[int, list[float]]:
+    """Loads the newest checkpoint every rank can read; returns (step, losses so far)."""
+    usable = ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
+    for step, path in usable:
+        state = ckpt.read_state(path)
+        if state.get("world_size") != world:
+            raise InputError(
+                f"checkpoint {path} was written by {state.get('world_size')} ranks; this run has {world} "
+                f"(resume with the plan it was trained with)"
+            )
+        try:
+            load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=path.name)
+            ok = load_path is not None
+        except Exception as error:  # a damaged file surfaces as any of torch's load errors
+            print(f"zero-run: rank {ranks.rank} could not load {path}: {error}", file=sys.stderr, flush=True)
+            ok = False
+        if ranks.all_ok(ok):
+            console.print(f"resumed from {path} (step {step})")
+            return step, [float(x) for x in state.get("losses", [])][:step]
+        console.print(f"[yellow]warning:[/] checkpoint {path} could not be loaded on every rank; trying an earlier one")
+    console.print(f"[yellow]warning:[/] no complete checkpoint under {ckpt_dir}; starting from step 0")
+    return 0, []
+
+
+def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan) -> None:
+    """Saves a DeepSpeed checkpoint, then (all ranks done) rank 0 marks it complete and prunes old ones."""
+    tag_dir = ckpt_dir / ckpt.tag_for(step)
+    if ranks.rank == 0:
+        ckpt.clear_marker(tag_dir)
+    ranks.barrier()
+    engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name)
+    ranks.barrier()
+    if ranks.rank == 0:
+        state = {"step": step, "losses": losses, "world_size": world, "seed": plan.training.seed, "time": time.time()}
+        ckpt.write_marker(tag_dir, state)
+        ckpt.prune(ckpt_dir)
+    ranks.barrier()
+
+
+def _export(engine, final_dir: Path, ranks: Ranks, tokenizer, stage: int) -> None:
+    """Writes a consolidated Hugging Face folder: model.safetensors (gathered for ZeRO-3) and config.json."""
+    from safetensors.torch import save_file
+
+    state = engine._zero3_consolidated_16bit_state_dict() if stage == 3 else engine.module.state_dict()
+    if ranks.rank == 0:
+        final_dir.mkdir(parents=True, exist_ok=True)
+        module = engine.module
+        seen: set[int] = set()
+        tensors = {}
+        for key, value in state.items():
+            if module.config.tie_word_embeddings and key == "lm_head.weight":
+                continue  # from_pretrained ties it back to the input embedding
+            ptr = value.data_ptr()
+            if value.numel() and ptr in seen:
+                continue  # safetensors refuses shared storage; tied copies are restored on load
+            seen.add(ptr)
+            tensors[key] = value.detach().to("cpu").contiguous()
+        save_file(tensors, str(final_dir / "model.safetensors"), metadata={"format": "pt"})
+        module.config.save_pretrained(str(final_dir))
+        if getattr(module, "generation_config", None) is not None:
+            module.generation_config.save_pretrained(str(final_dir))
+        if hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(final_dir)
+        else:
+            (final_dir / "zero_run_tokenizer.json").write_text(
+                json.dumps({"type": "byte-level", "offset": tokenizer.offset, "vocab_size": tokenizer.vocab_size,
+                            "eos_token_id": tokenizer.eos_token_id}, indent=2) + "\n"  # fmt: skip
+            )
+        print(f"zero-run: final model in {final_dir}", flush=True)
+    ranks.barrier()
+
+
+def _rank_stats(rank: int, on_cuda: bool) -> dict[str, Any]:
+    """Returns this rank's measured peaks in bytes (None on CPU, where there is no device allocator)."""
+    import torch
+
+    peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    if not on_cuda:
+        return {"rank": rank, "peak_allocated_bytes": None, "peak_reserved_bytes": None, "host_rss_bytes": peak_rss_bytes}
+    return {
+        "rank": rank,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "host_rss_bytes": peak_rss_bytes,
+    }
+
+
+def _mem_text(on_cuda: bool) -> str:
+    if on_cuda:
+        import torch
+
+        return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+    return f"rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def _device_name(on_cuda: bool) -> str:
+    if on_cuda:
+        import torch
+
+        return torch.cuda.get_device_name()
+    return "cpu"
+
+
+def _versions() -> dict[str, str]:
+    import deepspeed
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "transformers": transformers.__version__}
+
+
+def _console(rank: int):
+    from rich.console import Console
+
+    return Console(quiet=rank != 0, highlight=False, soft_wrap=True)  # log lines stay whole when piped
+
+
+def _progress(console, rank: int, *, total: int, completed: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+        disable=rank != 0 or not console.is_terminal,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
