@@ -95,4 +95,25 @@ def multi() -> list[dict]:
     return cases
 
 
-SUITES = {"smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}
+def shapes() -> list[dict]:
+    """Single GPU: micro-batch, sequence length, checkpointing and precision varied (activation terms)."""
+    cases = [case("llama3.2-1b", "2", mb=mb, seq=seq, gc=gc)
+             for mb, seq in [(1, 512), (4, 1024), (1, 4096), (4, 4096)] for gc in (False, True)]
+    for model in ["qwen2.5-0.5b", "gemma2-2b", "mistral-7b-8l", "gpt2-medium", "mixtral-8e-tiny", "phi3-mini", "qwen3-1.7b"]:
+        cases += [case(model, "3", mb=4, seq=1024, gc=gc) for gc in (False, True)]
+    cases += [case("gemma2-2b", "3"), case("gemma2-2b", "2", mb=1, seq=4096)]
+    cases += [case("llama3.2-1b", s, precision="fp16") for s in ["0", "2", "3"]]
+    cases += [case("qwen2.5-0.5b", s, precision="fp32") for s in ["0", "2"]]
+    cases += [case("llama3.2-1b", "2", accum=2), case("llama3.2-1b", "0", accum=2)]
+    return cases
+
+
+def limits_h100() -> list[dict]:
+    """Ladders crossing an 80 GB GPU's limit; each runs alone on its GPU."""
+    cases = [case("llama3.2-3b", "0", mb=mb, seq=2048) for mb in (2, 4, 6)]
+    cases += [case("phi3-mini", "0", mb=mb, seq=1024) for mb in (1, 2)]
+    cases += [case("llama3.2-1b", "2", mb=mb, seq=4096) for mb in (8, 12)]
+    return [{**c, "exclusive": True} for c in cases]
+
+
+SUITES = {"shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}

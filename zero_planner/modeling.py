@@ -66,6 +66,16 @@ def build_model(
     attn = attn_implementation or attn_implementation_for(config_dict, task)
     dtype = getattr(torch, TORCH_DTYPES[precision])
     zero_stage = (ds_config or {}).get("zero_optimization", {}).get("stage", 0)
+    config = hf_config(config_dict)
+    auto = _auto_class(task)
+    # Resolve the model class before any zero.Init scope: importing a modeling module inside it breaks
+    # DeepSpeed's tensor-constructor patching ("Signature mismatch ... tensor_pynew").
+    auto._model_mapping[type(config)]
+    if zero_stage == 3 and weights_path is None and config.pad_token_id is not None:
+        # Random init zeroes embedding[padding_idx], which fails on a ZeRO-3 partitioned (empty) tensor
+        # (measured: every Gemma 2 stage-3 case on transformers 5.17). The padding row is only an init
+        # detail: no parameter or activation changes size.
+        config.pad_token_id = None
     if zero_stage == 3:
         import deepspeed
 
@@ -75,12 +85,11 @@ def build_model(
     else:
         scope = contextlib.nullcontext()
 
-    auto = _auto_class(task)
     with scope:
         if weights_path is not None:
             model = auto.from_pretrained(weights_path, dtype=dtype, attn_implementation=attn)
         else:
-            model = auto.from_config(hf_config(config_dict), dtype=dtype, attn_implementation=attn)
+            model = auto.from_config(config, dtype=dtype, attn_implementation=attn)
     if task == "seq-cls" and model.config.pad_token_id is None:
         model.config.pad_token_id = 0
     if gradient_checkpointing:

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -77,6 +77,8 @@ class ModelSpec:
     attn_implementation: str | None = None
     """`sdpa` where the installed transformers accepts it for this architecture, else `eager`."""
     largest_tensor_name: str | None = None
+    activations: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """Saved-activation bytes per token, traced from the model (models/activations.py)."""
 
 
 def _catalog_dir():
@@ -157,6 +159,11 @@ def _spec_from_catalog(slug: str) -> ModelSpec:
     if not table:
         raise RuntimeError(f"catalog entry {slug} has no params table; run python -m zero_planner.models.build_catalog")
     return _spec(slug, entry["hub_id"], entry["config"], table, "catalog", None)
+
+
+def spec_from_config(config: dict[str, Any], name: str = "config") -> ModelSpec:
+    """Returns the spec of an in-memory config.json dict (counted on the meta device; imports torch)."""
+    return _spec(name, None, config, param_table(config, name=name), "file", None)
 
 
 def _spec_from_path(path: Path, text: str) -> ModelSpec:
@@ -271,6 +278,7 @@ def _spec(name: str, hub_id: str | None, config: dict, table: dict, source: Sour
         has_weights=weights is not None,
         weights_path=weights,
         attn_implementation=table.get("attn_implementation"),
+        activations=table.get("activations"),
     )
 
 
@@ -289,6 +297,7 @@ def param_table(config: dict[str, Any], name: str | None = None) -> dict[str, An
     import transformers
 
     from zero_planner.modeling import hf_config
+    from zero_planner.models.activations import activation_coefficients
 
     label = name or config.get("model_type", "model")
     try:
@@ -339,6 +348,7 @@ def param_table(config: dict[str, Any], name: str | None = None) -> dict[str, An
         "largest_layer": {"name": largest_layer[0], "numel": largest_layer[1]},
         "architecture": _architecture(hf, tied, params),
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
+        "activations": activation_coefficients(config, _architecture(hf, tied, params)),
     }
 
 

@@ -1,0 +1,152 @@
+"""Holds the memory model to every measured GPU case in benchmarks/results/*.jsonl.
+
+Prints, per case, measured and predicted peak allocated memory with the error, beside two anchors people
+use today: DeepSpeed's own estimate_zero*_model_states_mem_needs and the 16-bytes-per-parameter rule. Fails
+(exit 1) when the median |error| of peak_allocated exceeds 3%, any case exceeds 10%, a case measured to fit
+is predicted not to fit, or a case that ran out of memory is predicted to fit.
+
+    python benchmarks/memory_regression.py [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from zero_planner.memory import GiB, Workload, ZeroBuffers, estimate_memory  # noqa: E402
+from zero_planner.models.spec import spec_from_config  # noqa: E402
+from zero_planner.strategies import STRATEGIES  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+MEDIAN_LIMIT = 0.03
+MAX_LIMIT = 0.10
+
+
+def load_cases() -> list[dict]:
+    rows = []
+    for path in sorted(RESULTS.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                row["file"] = path.name
+                rows.append(row)
+    return [r for r in rows if r["status"] in ("ok", "oom")]
+
+
+def gpu_short_name(device_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100' (what workspace sizing needs)."""
+    return device_name.replace("NVIDIA ", "").split()[0]
+
+
+def predict(row: dict, specs: dict) -> tuple:
+    case = row["case"]
+    key = json.dumps(case["model_config"], sort_keys=True)
+    if key not in specs:
+        specs[key] = spec_from_config(case["model_config"], case["model"])
+    spec = specs[key]
+    attn = next((r.get("attn_implementation") for r in row["ranks"] if r.get("attn_implementation")), None)
+    workload = Workload(
+        micro_batch_size=case["micro_batch_size"],
+        seq_len=case["seq_len"],
+        gradient_checkpointing=case["gradient_checkpointing"],
+        precision=case["precision"],
+        world_size=case["num_gpus"],
+        gpus_per_node=case["num_gpus"],
+        attn_implementation=attn or spec.attn_implementation or "sdpa",
+        gradient_accumulation_steps=case["gradient_accumulation_steps"],
+    )
+    buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
+    estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers, row["provenance"]["gpu"].replace("NVIDIA ", ""))
+    return spec, estimate
+
+
+def anchors(spec, case) -> tuple[int, int]:
+    """Returns (DeepSpeed's model-states estimate per GPU, 16 bytes per parameter) in bytes."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    strategy = STRATEGIES[case["strategy"]]
+    n = case["num_gpus"]
+    if strategy.stage == 3:
+        _, gpu, _ = estimate_zero3_model_states_mem_needs(
+            spec.num_params, spec.largest_layer_numel, num_gpus_per_node=n, num_nodes=1,
+            cpu_offload=strategy.offload_optimizer != "none", cpu_offload_params=strategy.offload_param != "none",
+            zero_init=True)  # fmt: skip
+    else:
+        _, gpu = estimate_zero2_model_states_mem_needs(
+            spec.num_params, num_gpus_per_node=n, num_nodes=1, cpu_offload=strategy.offload_optimizer != "none")
+    return int(gpu), 16 * spec.num_params
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="print every case, not only the summary")
+    args = parser.parse_args(argv)
+
+    specs: dict = {}
+    errors: dict[str, list[float]] = defaultdict(list)
+    failures: list[str] = []
+    all_errors: list[float] = []
+    anchor_errors: dict[str, list[float]] = defaultdict(list)
+    print(f"{'case':58s} {'gpu':5s} {'measured':>9s} {'ours':>9s} {'err':>7s} {'DS est':>8s} {'16B/P':>8s}  fit")
+    for row in load_cases():
+        case = row["case"]
+        spec, est = predict(row, specs)
+        capacity = row["provenance"]["gpu_memory_bytes"]
+        gpu = gpu_short_name(row["provenance"]["gpu"])
+        predicted_fit = est.total_bytes <= capacity
+        if row["status"] == "oom":
+            ok = not predicted_fit
+            if not ok:
+                failures.append(f"{row['id']}: ran out of memory on {gpu} but predicted to fit "
+                                f"({est.total_bytes / GiB:.2f} GiB <= {capacity / GiB:.2f})")  # fmt: skip
+            print(f"{row['id']:58s} {gpu:5s} {'OOM':>9s} {est.total_bytes / GiB:9.2f} {'':>7s} {'':>8s} {'':>8s}  "
+                  f"{'ok' if ok else 'WRONG'}")  # fmt: skip
+            continue
+        measured = max(r["peak_allocated_bytes"] for r in row["ranks"])
+        error = (est.peak_allocated_bytes - measured) / measured
+        errors[case["strategy"]].append(error)
+        all_errors.append(error)
+        ds_gpu, rule16 = anchors(spec, case)
+        anchor_errors["deepspeed"].append((ds_gpu - measured) / measured)
+        anchor_errors["16B/param"].append((rule16 - measured) / measured)
+        if abs(error) > MAX_LIMIT:
+            failures.append(f"{row['id']}: error {error:+.1%} exceeds {MAX_LIMIT:.0%}")
+        if not predicted_fit:
+            failures.append(f"{row['id']}: measured to fit on {gpu} but predicted not to "
+                            f"({est.total_bytes / GiB:.2f} GiB > {capacity / GiB:.2f})")  # fmt: skip
+        if args.verbose or abs(error) > MEDIAN_LIMIT:
+            print(f"{row['id']:58s} {gpu:5s} {measured / GiB:9.2f} {est.peak_allocated_bytes / GiB:9.2f} "
+                  f"{error:+7.1%} {ds_gpu / GiB:8.2f} {rule16 / GiB:8.2f}  {'ok' if predicted_fit else 'WRONG'}")  # fmt: skip
+
+    print("\nper strategy: cases, median |error|, max |error| of peak_allocated")
+    for name in STRATEGIES:
+        if errors[name]:
+            abs_err = [abs(e) for e in errors[name]]
+            print(f"  {name:14s} {len(abs_err):4d}  {statistics.median(abs_err):6.1%}  {max(abs_err):6.1%}")
+    abs_all = [abs(e) for e in all_errors]
+    median, worst = statistics.median(abs_all), max(abs_all)
+    print(f"  {'all':14s} {len(abs_all):4d}  {median:6.1%}  {worst:6.1%}")
+    for name, values in anchor_errors.items():
+        print(f"  anchor {name:9s} median error {statistics.median(values):+7.1%} "
+              f"(range {min(values):+.0%} .. {max(values):+.0%})")  # fmt: skip
+    if median > MEDIAN_LIMIT:
+        failures.append(f"median |error| {median:.1%} exceeds {MEDIAN_LIMIT:.0%}")
+    if failures:
+        print(f"\nFAIL ({len(failures)}):")
+        for failure in failures:
+            print(f"  {failure}")
+        return 1
+    print("\nPASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

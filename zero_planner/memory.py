@@ -1,0 +1,343 @@
+"""The memory model: per-GPU and per-host bytes for one training step, per ZeRO strategy.
+
+Pure functions of a ModelSpec, a Strategy and a Workload; no torch. Every term names where it comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zero_planner.dsconfig import bucket_sizes
+from zero_planner.models.activations import closed_form_coefficients
+from zero_planner.models.spec import ModelSpec
+from zero_planner.strategies import Strategy
+
+GiB = 2**30
+MiB = 2**20
+
+# cuBLAS workspaces, allocated through PyTorch's caching allocator (so inside memory_allocated): one per
+# (thread, stream) handle, 32 MiB each on sm90+ and 4096 KiB*2 + 16 KiB*8 before (ATen CublasHandlePool.cpp).
+# Two handles: the forward runs on the main thread, the backward on autograd's device thread. Measured:
+# 64.5 MiB of allocation that no tensor of the model explains, on H100 and H200 (benchmarks/results).
+CUBLAS_WORKSPACE_SM90_BYTES = 32 * MiB
+CUBLAS_WORKSPACE_OLDER_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_HANDLES = 2
+SM90_GPUS = ("H100", "H200", "H800", "H20", "GH200", "B200", "B100", "GB200")
+
+# Device memory the process holds outside the caching allocator: CUDA context, kernels, cuDNN/cuBLAS
+# handles. Measured as mem_get_info used minus max_memory_reserved at the end of exclusive single-GPU
+# cases on an H100 80GB, torch 2.11+cu130: 1.30 GiB in every case (benchmarks/results/h100x1-*.jsonl).
+CUDA_CONTEXT_BYTES = int(1.30 * GiB)
+# NCCL's own buffers for multi-GPU runs (outside the allocator). Not yet measured cleanly (our multi-GPU
+# cases shared GPUs); NCCL's defaults (NCCL_BUFFSIZE 4 MiB per channel and peer) put it in the hundreds of
+# MiB; we reserve this much and say so in the estimate's notes.
+NCCL_BUFFERS_ASSUMED_BYTES = 512 * MiB
+
+# DeepSpeed ZeRO-3 splits each rank's partition into optimizer sub-groups of at most this many elements
+# and steps them one at a time (deepspeed/runtime/zero/config.py: sub_group_size default 1e9).
+SUB_GROUP_SIZE = 1_000_000_000
+
+# Host memory of one training process before any offload: torch, CUDA runtime, transformers, deepspeed.
+# Measured peak RSS 1.98-2.07 GiB for every non-offload case on H100/H200 (benchmarks/results).
+PROCESS_RSS_BYTES = int(2.1 * GiB)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one rank runs per micro-step."""
+
+    micro_batch_size: int
+    seq_len: int
+    gradient_checkpointing: bool
+    precision: str
+    """bf16 | fp16 | fp32 (mixed precision keeps fp32 master weights for bf16/fp16)."""
+    world_size: int = 1
+    gpus_per_node: int = 1
+    attn_implementation: str = "sdpa"
+    method: str = "full"
+    task: str = "causal-lm"
+    gradient_accumulation_steps: int = 1
+
+
+@dataclass(frozen=True)
+class ZeroBuffers:
+    """DeepSpeed bucket and stage-3 window sizes, in elements (deepspeed/runtime/zero/config.py)."""
+
+    reduce_bucket_size: int
+    allgather_bucket_size: int
+    prefetch_bucket_size: int
+    param_persistence_threshold: int
+    max_live_parameters: int
+    overlap_comm: bool
+    contiguous_gradients: bool
+
+    @classmethod
+    def for_model(cls, hidden_size: int) -> "ZeroBuffers":
+        """Returns the sizes our own dsconfig emits for this hidden size."""
+        sizes = bucket_sizes(hidden_size)
+        return cls(
+            reduce_bucket_size=sizes["reduce_bucket_size"],
+            allgather_bucket_size=sizes["allgather_bucket_size"],
+            prefetch_bucket_size=sizes["stage3_prefetch_bucket_size"],
+            param_persistence_threshold=sizes["stage3_param_persistence_threshold"],
+            max_live_parameters=1_000_000_000,
+            overlap_comm=True,
+            contiguous_gradients=True,
+        )
+
+    @classmethod
+    def from_ds_config(cls, config: dict[str, Any], hidden_size: int) -> "ZeroBuffers":
+        """Returns the sizes a DeepSpeed JSON sets, DeepSpeed's defaults where it is silent ("auto" -> ours)."""
+        zero = config.get("zero_optimization", {}) or {}
+        ours = cls.for_model(hidden_size)
+
+        def value(key: str, default: int) -> int:
+            raw = zero.get(key, default)
+            return default if raw == "auto" else int(float(raw))
+
+        stage = int(zero.get("stage", 0))
+        return cls(
+            reduce_bucket_size=value("reduce_bucket_size", 500_000_000 if "reduce_bucket_size" not in zero else ours.reduce_bucket_size),
+            allgather_bucket_size=value("allgather_bucket_size", 500_000_000),
+            prefetch_bucket_size=value("stage3_prefetch_bucket_size", 50_000_000 if "stage3_prefetch_bucket_size" not in zero else ours.prefetch_bucket_size),
+            param_persistence_threshold=value("stage3_param_persistence_threshold", 100_000 if "stage3_param_persistence_threshold" not in zero else ours.param_persistence_threshold),
+            max_live_parameters=value("stage3_max_live_parameters", 1_000_000_000),
+            overlap_comm=bool(zero.get("overlap_comm", stage == 3)),
+            contiguous_gradients=bool(zero.get("contiguous_gradients", True)),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU (busiest rank) and per host node; see DESIGN.md for what each figure means."""
+
+    params_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    buffers_bytes: int
+    overhead_bytes: int
+    peak_allocated_bytes: int
+    total_bytes: int
+    cpu_total_bytes: int
+    """Host memory per node: offloaded states and pinned buffers of every local rank, plus process RSS."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def workspace_bytes(gpu_name: str | None) -> int:
+    """Returns the cuBLAS workspace bytes the caching allocator holds on this GPU (0 on CPU)."""
+    if gpu_name is None:
+        return CUBLAS_HANDLES * CUBLAS_WORKSPACE_SM90_BYTES
+    if gpu_name.lower().startswith("cpu"):
+        return 0
+    sm90 = any(gpu_name.upper().startswith(prefix) for prefix in SM90_GPUS)
+    return CUBLAS_HANDLES * (CUBLAS_WORKSPACE_SM90_BYTES if sm90 else CUBLAS_WORKSPACE_OLDER_BYTES)
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Activation bytes of one micro-batch on one rank."""
+
+    saved_bytes: int
+    """Everything autograd keeps from forward to backward, the fp32 log-softmax of the loss included."""
+    forward_peak_bytes: int
+    """saved + what is alive at once while the loss is computed (16-bit logits and their fp32 copy)."""
+    backward_peak_bytes: int
+    """saved + the loss backward: fp32 gradient of the log-softmax and of the logits."""
+
+
+def activation_bytes(spec: ModelSpec, workload: Workload) -> Activations:
+    """Returns the activation terms, from the model's traced coefficients (or the closed form)."""
+    table = spec.activations or closed_form_coefficients(_arch(spec))
+    width = 4 if workload.precision == "fp32" else 2
+    coef = table["fp32" if width == 4 else "16bit"][workload.attn_implementation]
+    tokens = workload.micro_batch_size * workload.seq_len
+    layer = coef["layer"] + coef["layer_per_seq"] * workload.seq_len  # bytes per token, one layer
+    if workload.gradient_checkpointing:
+        # HF checkpointing keeps each layer's input hidden states only; one layer is recomputed at a time.
+        kept_per_layer = width * spec.hidden_size
+    else:
+        kept_per_layer = layer
+    saved = tokens * (spec.num_layers * kept_per_layer + coef["rest"])
+    logits = tokens * spec.vocab_size
+    # Forward: the 16-bit logits and their fp32 upcast (transformers' ForCausalLMLoss) live together with
+    # the saved log-softmax: 2 + 4 bytes per logit above `saved`; fp32 runs skip the upcast copy.
+    # Backward of the loss: fp32 grad of log-softmax and of the logits, 4 + 4 bytes per logit.
+    # Both measured at exactly 6.0 and 8.0 bytes per logit on six architectures (benchmarks/results).
+    forward_extra = (2 + 4 if width == 2 else 4) * logits
+    backward_extra = 8 * logits
+    if workload.gradient_checkpointing:
+        # The recomputed layer's activations plus their gradients while it runs backward.
+        backward_extra = max(backward_extra, 2 * tokens * layer)
+    return Activations(saved, saved + forward_extra, saved + backward_extra)
+
+
+def _arch(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+        "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "num_experts": spec.num_experts,
+        "num_experts_per_tok": spec.num_experts_per_tok, "gated_mlp": spec.gated_mlp,
+    }  # fmt: skip
+
+
+def moe_expert_numel(spec: ModelSpec) -> int:
+    """Returns the elements of all routed-expert weights: layers x experts x (3 or 2) x hidden x intermediate."""
+    matrices = 3 if spec.gated_mlp else 2
+    return spec.num_layers * spec.num_experts * matrices * spec.hidden_size * spec.intermediate_size
+
+
+def persistent_numel(spec: ModelSpec, threshold: int) -> int:
+    """Returns the elements ZeRO-3 keeps whole on every rank: tensors with numel <= threshold (norms, biases)."""
+    return sum(numel * count for numel, count in spec.tensor_sizes if numel <= threshold)
+
+
+def estimate_memory(
+    spec: ModelSpec,
+    strategy: Strategy,
+    workload: Workload,
+    buffers: ZeroBuffers | None = None,
+    gpu_name: str | None = None,
+) -> MemoryEstimate:
+    """Returns the predicted memory of the busiest rank for `workload` under `strategy`, in bytes.
+
+    peak_allocated is the largest of four phase peaks (steady state, after the first optimizer step):
+      forward  = resident + workspaces + forward activations (+ gathered stage-3 parameters)
+      backward = resident + workspaces + backward activations (+ gathered parameters, gradient buffers)
+      step     = resident + workspaces + the optimizer step's transient copies
+    `resident` is what lives across steps: 16-bit weights, fp32 master weights, Adam moments and (stage 3)
+    the gradient partition. The reported components are those resident terms plus each phase's own part.
+    """
+    buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
+    n = workload.world_size
+    P = spec.num_params
+    mixed = workload.precision in ("bf16", "fp16")
+    w = 2 if mixed else 4  # bytes of a working-precision parameter, gradient or activation
+    master = 4 if mixed else 0  # fp32 master copy (mixed precision only; fp32 trains the params in place)
+    adam = 8  # exp_avg + exp_avg_sq, fp32
+    stage = strategy.stage
+    off_opt = strategy.offload_optimizer != "none"
+    off_param = strategy.offload_param != "none"
+    ws = workspace_bytes(gpu_name)
+    act = activation_bytes(spec, workload)
+    accum = workload.gradient_accumulation_steps > 1
+    untied_head = 0 if spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
+    notes: list[str] = []
+
+    gathered = 0
+    persistent = 0
+    bwd_extra = 0
+    if stage == 0:
+        params = w * P
+        # FP16_Optimizer (bf16 too, at stage 0: engine._do_optimizer_sanity_check -> DDP_BFLOAT16) creates
+        # fp32 master weights and Adam moments at initialize; plain fp32 creates Adam at the first step.
+        optimizer = (master + adam) * P
+        gradients = w * P
+        if mixed:
+            # fp16/fused_optimizer.py step(): each grad cast to fp32 (4P), then flattened (4P), while the
+            # 16-bit grads are still alive (2P).
+            step_transient = w * P + 4 * P + 4 * P
+        else:
+            step_transient = w * P
+        grads_between_micro_steps = w * P if accum else 0
+    elif stage in (1, 2) and not off_opt:
+        params = w * P
+        optimizer = (master + adam) * P // n
+        gradients = w * P // n
+        # stage_1_and_2.py step(): the 16-bit grad partition, its flattened copy and the fp32 copy handed
+        # to Adam: (2 + 2 + 4) P / n, in fp32 runs (4 + 4) P / n.
+        step_transient = (w + w + (4 if mixed else 0)) * P // n
+        if untied_head:
+            # The lm_head gradient is the first one produced, so the contiguous partition buffer (2P/n)
+            # is allocated while all activations are still alive.
+            bwd_extra = -1  # marker: use max(backward activations, saved + gradient partition)
+        grads_between_micro_steps = gradients if accum else 0
+    elif stage in (1, 2):  # optimizer offloaded to the CPU
+        params = w * P
+        optimizer = 0
+        # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, one largest-tensor-sized 16-bit buffer.
+        gradients = w * spec.largest_tensor_numel
+        step_transient = 0
+        # The untied lm_head gradient and its copy through that buffer, produced at the activation peak.
+        bwd_extra = 2 * w * untied_head
+        grads_between_micro_steps = 0
+    else:  # stage 3
+        persistent = w * persistent_numel(spec, buffers.param_persistence_threshold)
+        params = 0 if off_param else w * P // n
+        params += persistent
+        gradients = 0 if off_opt else w * P // n
+        optimizer = 0 if off_opt else (master + adam) * P // n
+        # stage3.py steps one sub-group at a time: fp32 grad (4) and its 16-bit source copy (2) per element.
+        step_transient = 0 if off_opt else (4 + 2) * min(P // n, SUB_GROUP_SIZE)
+        if n > 1 or off_param:
+            # Gathered parameters kept alive between uses: up to stage3_max_live_parameters elements.
+            # Measured: +2.0 bytes per gathered element, capped at 1e9 elements, on four architectures.
+            gathered = w * min(P, buffers.max_live_parameters)
+            if spec.num_experts > 1:
+                # ZeRO-3 releases a gathered weight after use only for nn.Linear (it wraps F.linear in
+                # LinearFunctionForZeroStage3, which saves the parameter, not its data). transformers' fused
+                # 3-D expert tensors go through grouped_mm, whose autograd node keeps the gathered data until
+                # backward. Counted as an upper bound: measured 6-9% below it on a scaled Mixtral (2 and 4 GPUs).
+                gathered += w * moe_expert_numel(spec)
+                notes.append("MoE under ZeRO-3: expert weights kept gathered by autograd (upper bound)")
+        bwd_extra = 2 * w * untied_head // n if off_opt else 0
+        grads_between_micro_steps = 0
+
+    # Gradient storage that stays allocated across steps: stage 3's partition, the offload staging buffer.
+    resident_grads = gradients if (stage == 3 and not off_opt) or (stage in (1, 2) and off_opt) else 0
+    fwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + act.forward_peak_bytes
+    if bwd_extra == -1:
+        bwd_act = max(act.backward_peak_bytes, act.saved_bytes + gradients)
+        bwd_extra = 0
+    else:
+        bwd_act = act.backward_peak_bytes
+    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + bwd_extra
+    step = params + optimizer + resident_grads + ws + step_transient
+    peak = max(fwd, bwd, step)
+
+    # Caching-allocator slack: blocks freed by one phase are kept reserved and cannot serve the next phase's
+    # differently sized tensors, so reserved memory holds the activation peak and the step transients at
+    # once. (Checked against max_memory_reserved in benchmarks/memory_regression.py.)
+    activation_peak = max(act.forward_peak_bytes, bwd_act + bwd_extra) + gathered
+    reserved = max(peak, params + optimizer + ws + resident_grads + activation_peak + step_transient)
+    overhead = reserved - peak + (CUDA_CONTEXT_BYTES if ws else 0)
+    if n > 1:
+        overhead += NCCL_BUFFERS_ASSUMED_BYTES
+        notes.append("includes an assumed 0.5 GiB of NCCL buffers per rank (not yet measured)")
+    total = peak + overhead
+
+    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w)
+    buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
+    return MemoryEstimate(
+        params_bytes=params,
+        gradients_bytes=gradients,
+        optimizer_bytes=optimizer,
+        activations_bytes=max(act.forward_peak_bytes, bwd_act),
+        buffers_bytes=buffers_bytes,
+        overhead_bytes=overhead,
+        peak_allocated_bytes=peak,
+        total_bytes=total,
+        cpu_total_bytes=host,
+        notes=tuple(notes),
+    )
+
+
+# Host bytes per parameter of one rank's partition when the optimizer is offloaded, from DeepSpeed's CPU
+# buffers: fp32 master (4) + Adam moments (8) + fp32 gradient accumulation buffer (4) + pinned 16-bit
+# staging copy (2) = 18. Measured peak RSS minus PROCESS_RSS_BYTES gives 21.5-25.8 bytes per parameter on
+# Llama-3.2-1B (benchmarks/results); the difference is pinned-memory rounding and CPU Adam's own buffers,
+# which we have not itemised yet, so the measured upper value is what we plan with.
+HOST_BYTES_PER_PARAM_OFFLOAD = 26
+# Parameters offloaded too (3-offload-all): their 16-bit copy lives in pinned host memory as well.
+HOST_BYTES_PER_PARAM_PARAM_OFFLOAD = 2
+
+
+def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int) -> int:
+    """Returns host memory per node: one process per local GPU, plus offloaded states of its partition."""
+    per_rank = PROCESS_RSS_BYTES
+    if strategy.offload_optimizer != "none":
+        per_rank += HOST_BYTES_PER_PARAM_OFFLOAD * P // n
+    if strategy.offload_param != "none":
+        per_rank += HOST_BYTES_PER_PARAM_PARAM_OFFLOAD * P // n
+    return per_rank * gpus_per_node

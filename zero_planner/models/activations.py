@@ -1,0 +1,159 @@
+"""Saved-activation coefficients of a model, counted from what autograd actually keeps.
+
+One and two decoder layers of the real Hugging Face model run forward on the meta device (no memory, no
+compute) under `saved_tensors_hooks`; every tensor autograd saves is counted once per storage, parameters
+excluded. The difference between the two runs is one layer; the rest is embeddings, final norm, logits and
+loss. SDPA is replaced by a function that keeps what the CUDA flash / memory-efficient kernels keep for
+backward (q, k, v, output and the fp32 logsumexp), since the meta device would otherwise take the math path
+and keep the score matrix. Eager attention runs as written (it does keep the scores), at two sequence
+lengths so the part that grows with seq_len**2 is separated from the linear part.
+
+Mixture-of-experts layers route tokens with data-dependent shapes that the meta device cannot run; for
+those, `closed_form_coefficients` (the llama-style count, with each token's MLP run in top-k experts) is used
+and the result says so. Everything imports torch lazily; catalog models carry the coefficients precomputed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Shapes of the tracing runs: one micro-batch row, two short sequence lengths (all terms are per token,
+# or per token per position for eager attention scores, so the size does not matter).
+TRACE_SEQ = (64, 128)
+
+
+def _layer_key(config: dict[str, Any]) -> str:
+    return "n_layer" if "n_layer" in config else "num_hidden_layers"
+
+
+def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str, attn: str) -> int:
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    from zero_planner.modeling import hf_config
+
+    class KeptBySdpaKernels(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+            lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v, _, _ = ctx.saved_tensors
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def sdpa(q, k, v, *args, **kwargs):
+        return KeptBySdpaKernels.apply(q, k, v)
+
+    values = dict(config_dict)
+    values[_layer_key(values)] = layers
+    if attn == "sdpa" and values.get("attn_logit_softcapping"):
+        # Newer releases refuse SDPA with a logit softcap; the fused kernel keeps the same tensors either way.
+        values["attn_logit_softcapping"] = None
+    hf = hf_config(values)
+    torch_dtype = getattr(torch, dtype)
+    with torch.device("meta"):
+        # Build eager, then switch: some releases refuse SDPA for an architecture (Gemma 2) at build time
+        # while the GPU machines' release accepts it; the forward reads the choice from the config.
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch_dtype, attn_implementation="eager")
+    model.config._attn_implementation = attn
+    model.train()
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in params and key not in seen:
+            seen[key] = storage.nbytes()
+        return tensor
+
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    original = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = sdpa
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(input_ids=ids, labels=ids)
+    finally:
+        F.scaled_dot_product_attention = original
+    return sum(seen.values())
+
+
+def _runs(config_dict: dict[str, Any], dtype: str) -> bool:
+    try:
+        _saved_bytes(config_dict, 1, TRACE_SEQ[0], dtype, "sdpa")
+        return True
+    except RuntimeError:
+        return False
+
+
+def traced_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Returns saved-activation bytes per token: {dtype: {attn: {layer, layer_per_seq, rest}}}.
+
+    `layer`: one decoder layer, per token; `layer_per_seq`: eager only, extra bytes per token per sequence
+    position (the score matrices); `rest`: embeddings, final norm, logits and loss, per token.
+    Raises RuntimeError where the model cannot run on the meta device (mixture of experts).
+    """
+    s1, s2 = TRACE_SEQ
+    result: dict[str, Any] = {"method": "traced"}
+    for dtype in ("bfloat16", "float32"):
+        per_attn = {}
+        if dtype == "float32" and not _runs(config_dict, dtype):
+            # transformers' grouped expert matmul takes 16-bit inputs only; fp32 keeps every tensor at twice
+            # the bytes, so its figures are the 16-bit ones doubled.
+            result["fp32"] = {a: {k: v * 2 for k, v in c.items()} for a, c in result["16bit"].items()}
+            result["fp32_derived"] = True
+            continue
+        for attn in ("sdpa", "eager"):
+            one = [_saved_bytes(config_dict, 1, s, dtype, attn) for s in (s1, s2)]
+            two = [_saved_bytes(config_dict, 2, s, dtype, attn) for s in (s1, s2)]
+            layer = [(b - a) / s for a, b, s in zip(one, two, (s1, s2))]  # bytes per token, at s1 and s2
+            per_seq = (layer[1] - layer[0]) / (s2 - s1)
+            base = layer[0] - per_seq * s1
+            rest = one[0] / s1 - layer[0]
+            per_attn[attn] = {"layer": round(base, 3), "layer_per_seq": round(max(per_seq, 0.0), 6),
+                              "rest": round(rest, 3)}  # fmt: skip
+        result["16bit" if dtype == "bfloat16" else "fp32"] = per_attn
+    return result
+
+
+def closed_form_coefficients(arch: dict[str, Any]) -> dict[str, Any]:
+    """Returns the same table from the llama-style count, for models the tracer cannot run.
+
+    Per token and layer, in elements of the activation dtype (fp32 upcasts noted): two RMSNorms keep their
+    fp32 input and bf16 output (4h + 2h bytes each at 16-bit); attention keeps the q/k/v input, q, k, v,
+    the kernel output and the o_proj input; a gated MLP keeps its input, gate, act(gate), up and their
+    product, each in every one of the top-k experts a token is routed to. Checked against the traced count
+    for dense llama models in tests/test_activations.py.
+    """
+    h, i = arch["hidden_size"], arch["intermediate_size"]
+    q = arch["num_attention_heads"] * arch["head_dim"]
+    kv = arch["num_key_value_heads"] * arch["head_dim"]
+    k = max(1, arch.get("num_experts_per_tok") or 1)
+    mlp_elems = (4 * i if arch.get("gated_mlp", True) else 2 * i) * k + h
+    router = arch["num_experts"] * 4 if arch.get("num_experts", 1) > 1 else 0
+    vocab = arch["vocab_size"]
+    table: dict[str, Any] = {"method": "closed-form"}
+    for name, width, norm_extra in (("16bit", 2, 4), ("fp32", 4, 0)):
+        norms = 2 * (norm_extra * h + width * h)
+        attn = width * (h + 3 * q + 2 * kv)
+        layer = norms + attn + width * mlp_elems + router
+        scores = arch["num_attention_heads"] * (width + 4 + width)  # eager: scores, fp32 softmax, probs
+        rest = norm_extra * h + width * h + 4 * vocab
+        table[name] = {"sdpa": {"layer": layer, "layer_per_seq": 0.0, "rest": rest},
+                       "eager": {"layer": layer, "layer_per_seq": scores, "rest": rest}}  # fmt: skip
+    return table
+
+
+def activation_coefficients(config_dict: dict[str, Any], arch: dict[str, Any]) -> dict[str, Any]:
+    """Returns traced coefficients, or the closed form where the model cannot be traced on meta."""
+    try:
+        return traced_coefficients(config_dict)
+    except Exception as error:  # data-dependent shapes (MoE routing) are not supported on meta
+        table = closed_form_coefficients(arch)
+        table["why"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+        return table
