@@ -5,6 +5,7 @@ Pure functions of a ModelSpec, a Strategy and a Workload; no torch. Every term n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,7 +171,8 @@ def activation_bytes(spec: ModelSpec, workload: Workload) -> Activations:
     if workload.gradient_checkpointing:
         # The recomputed layer's activations plus their gradients while it runs backward.
         backward_extra = max(backward_extra, 2 * tokens * layer)
-    return Activations(saved, saved + forward_extra, saved + backward_extra)
+    saved = math.ceil(saved)
+    return Activations(saved, saved + forward_extra, saved + math.ceil(backward_extra))
 
 
 def _arch(spec: ModelSpec) -> dict[str, Any]:

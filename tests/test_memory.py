@@ -1,0 +1,212 @@
+"""The memory model: hand-computed terms per strategy, the ZeRO paper's figures, and properties."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zero_planner.memory import (
+    CUDA_CONTEXT_BYTES,
+    GiB,
+    Workload,
+    ZeroBuffers,
+    activation_bytes,
+    estimate_memory,
+    workspace_bytes,
+)
+from zero_planner.models.spec import ModelSpec, load_model_spec
+from zero_planner.strategies import STRATEGIES
+
+P = 1_000_000_000  # a round 1B-parameter model makes every term readable by hand
+WS = workspace_bytes("H100")  # 2 x 32 MiB cuBLAS workspaces
+
+
+def synthetic_spec(**overrides) -> ModelSpec:
+    """A 1B-parameter tied model whose activations are tiny (1 byte per token and layer), so phases are plain."""
+    fields = dict(
+        name="synthetic-1b", hub_id=None, model_type="llama", config={}, num_params=P, num_embedding_params=0,
+        num_layer_params=P // 10, num_layers=10, hidden_size=1000, intermediate_size=4000,
+        num_attention_heads=10, num_key_value_heads=10, head_dim=100, vocab_size=1, max_position_embeddings=4096,
+        tie_word_embeddings=True, num_experts=1, num_experts_per_tok=1, gated_mlp=True,
+        largest_tensor_numel=50_000_000, largest_layer_name="model.layers.0", largest_layer_numel=P // 10,
+        tensor_sizes=((P - 20_000, 1), (1000, 20)), source="file", has_weights=False, weights_path=None,
+        attn_implementation="sdpa",
+        activations={"16bit": {"sdpa": {"layer": 1.0, "layer_per_seq": 0.0, "rest": 0.0}},
+                     "fp32": {"sdpa": {"layer": 2.0, "layer_per_seq": 0.0, "rest": 0.0}}},
+    )  # fmt: skip
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+def workload(n=1, **kw) -> Workload:
+    values = dict(micro_batch_size=1, seq_len=100, gradient_checkpointing=False, precision="bf16",
+                  world_size=n, gpus_per_node=n)  # fmt: skip
+    values.update(kw)
+    return Workload(**values)
+
+
+# Hand-computed peak_allocated for the synthetic spec (activations 1000 bytes: negligible, but added).
+# Each row: strategy, GPUs, expected peak bytes, the reason in words.
+PEAKS = [
+    ("0", 1, 14 * P + 10 * P, "16-bit params 2 + fp32 master 4 + Adam 8, step: grads 2 + fp32 copies 4 + flat 4"),
+    ("1", 1, 14 * P + 8 * P, "2 + 12/n resident, step: grad partition 2 + flat 2 + fp32 4 (per n)"),
+    ("2", 2, 2 * P + 12 * P // 2 + 8 * P // 2, "same terms with n = 2"),
+    ("2", 4, 2 * P + 12 * P // 4 + 8 * P // 4, "same terms with n = 4"),
+    ("3", 1, 16 * P + 6 * P, "16/n resident, step: one sub-group (<= 1e9) of fp32 grad 4 + source 2"),
+    ("3", 4, 16 * P // 4 + 2 * 10**9 + 1800,
+     "16/n resident; backward holds stage3_max_live_parameters (1e9) gathered + activations: "
+     "100 tokens x 10 layers x 1 byte saved + 8 bytes x 100 logits"),
+]
+
+
+@pytest.mark.parametrize("name,n,expected,why", PEAKS)
+def test_peak_allocated_hand_computed(name, n, expected, why):
+    spec = synthetic_spec()
+    est = estimate_memory(spec, STRATEGIES[name], workload(n), gpu_name="H100")
+    persistent = 2 * 20 * 1000 if name == "3" else 0  # 20 norm vectors kept whole at stage 3
+    assert est.peak_allocated_bytes == expected + WS + persistent, why
+
+
+def test_stage3_gathers_live_parameters_only_when_partitioned():
+    spec = synthetic_spec()
+    alone = estimate_memory(spec, STRATEGIES["3"], workload(1), gpu_name="H100")
+    shared = estimate_memory(spec, STRATEGIES["3"], workload(2), gpu_name="H100")
+    assert alone.buffers_bytes == 0
+    assert shared.buffers_bytes == 2 * min(P, 1_000_000_000)  # stage3_max_live_parameters, 16-bit
+
+
+def test_offload_terms():
+    spec = synthetic_spec()
+    est = estimate_memory(spec, STRATEGIES["2-offload"], workload(1), gpu_name="H100")
+    # GPU keeps 16-bit params and one largest-tensor staging buffer; nothing of the optimizer.
+    assert est.params_bytes == 2 * P
+    assert est.gradients_bytes == 2 * 50_000_000
+    assert est.optimizer_bytes == 0
+    all_off = estimate_memory(spec, STRATEGIES["3-offload-all"], workload(1), gpu_name="H100")
+    assert all_off.params_bytes == 2 * 20 * 1000  # only persistent tensors stay on the GPU
+    assert all_off.cpu_total_bytes > est.cpu_total_bytes
+
+
+def test_total_adds_context_and_allocator_slack():
+    est = estimate_memory(synthetic_spec(), STRATEGIES["2"], workload(1), gpu_name="H100")
+    assert est.total_bytes == est.peak_allocated_bytes + est.overhead_bytes
+    assert est.overhead_bytes >= CUDA_CONTEXT_BYTES
+
+
+def test_zero_paper_figure1_model_states():
+    """ZeRO (Rajbhandari et al. 2020) Figure 1: 7.5B params, 64 GPUs, K=12: 120, 16.6 and 1.9 GB.
+
+    Stage 1 is left out on purpose: DeepSpeed 0.19.8 partitions gradients at stage 1 as at stage 2
+    (measured: identical peaks at stages 1 and 2 on 1, 2 and 4 GPUs), so the paper's 31.4 GB is not what
+    it allocates.
+    """
+    spec = synthetic_spec(num_params=7_500_000_000, tensor_sizes=((7_500_000_000, 1),))
+    states = {}
+    for name in ("0", "2", "3"):
+        est = estimate_memory(spec, STRATEGIES[name], workload(64), gpu_name="H100")
+        states[name] = est.params_bytes + est.gradients_bytes + est.optimizer_bytes
+    assert states["0"] == 120 * 10**9
+    assert states["2"] / 10**9 == pytest.approx(16.6, abs=0.05)
+    assert states["3"] / 10**9 == pytest.approx(1.9, abs=0.05)
+
+
+def test_activation_terms_per_logit():
+    spec = synthetic_spec(vocab_size=1000)
+    act = activation_bytes(spec, workload(micro_batch_size=2, seq_len=100))
+    tokens = 200
+    assert act.saved_bytes == tokens * 10 * 1  # 10 layers x 1 byte per token
+    assert act.forward_peak_bytes - act.saved_bytes == 6 * tokens * 1000  # 16-bit logits + fp32 copy
+    assert act.backward_peak_bytes - act.saved_bytes == 8 * tokens * 1000  # fp32 grads of log-softmax, logits
+
+
+def test_checkpointing_keeps_layer_inputs_only():
+    spec = synthetic_spec(activations={"16bit": {"sdpa": {"layer": 50_000.0, "layer_per_seq": 0.0, "rest": 0.0}}})
+    full = activation_bytes(spec, workload())
+    ckpt = activation_bytes(spec, workload(gradient_checkpointing=True))
+    assert full.saved_bytes == 100 * 10 * 50_000
+    assert ckpt.saved_bytes == 100 * 10 * 2 * 1000  # bf16 hidden states in front of each layer
+
+
+LLAMA = None
+
+
+def llama():
+    global LLAMA
+    LLAMA = LLAMA or load_model_spec("meta-llama/Llama-3.2-1B")
+    return LLAMA
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["1", "2", "3", "2-offload", "3-offload", "3-offload-all"]),
+       n=st.integers(1, 63), mb=st.integers(1, 16))  # fmt: skip
+def test_model_states_never_grow_with_more_gpus(name, n, mb):
+    spec = llama()
+
+    def states(k):
+        e = estimate_memory(spec, STRATEGIES[name], workload(k, micro_batch_size=mb), gpu_name="A100")
+        return e.params_bytes + e.gradients_bytes + e.optimizer_bytes
+
+    assert states(n + 1) <= states(n)
+
+
+@settings(max_examples=40, deadline=None)
+@given(stage=st.sampled_from(["2", "3"]), n=st.integers(1, 16), mb=st.integers(1, 16),
+       seq=st.sampled_from([128, 512, 2048]), gc=st.booleans())  # fmt: skip
+def test_offload_never_raises_gpu_memory(stage, n, mb, seq, gc):
+    spec = llama()
+    w = workload(n, micro_batch_size=mb, seq_len=seq, gradient_checkpointing=gc)
+    on_gpu = estimate_memory(spec, STRATEGIES[stage], w, gpu_name="A100")
+    offloaded = estimate_memory(spec, STRATEGIES[f"{stage}-offload"], w, gpu_name="A100")
+    assert offloaded.peak_allocated_bytes <= on_gpu.peak_allocated_bytes
+    assert offloaded.total_bytes <= on_gpu.total_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(list(STRATEGIES)), mb=st.integers(1, 15), seq=st.sampled_from([128, 512, 1024]),
+       gc=st.booleans())  # fmt: skip
+def test_memory_grows_with_micro_batch_and_sequence(name, mb, seq, gc):
+    spec = llama()
+
+    def total(b, s):
+        return estimate_memory(spec, STRATEGIES[name], workload(2, micro_batch_size=b, seq_len=s,
+                                                                gradient_checkpointing=gc), gpu_name="A100").total_bytes
+
+    assert total(mb + 1, seq) >= total(mb, seq)
+    assert total(mb, seq * 2) >= total(mb, seq)
+
+
+def test_ds_config_buffers_are_read():
+    config = {"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e8,
+                                    "stage3_param_persistence_threshold": "auto"}}  # fmt: skip
+    buffers = ZeroBuffers.from_ds_config(config, hidden_size=4096)
+    assert buffers.max_live_parameters == 100_000_000
+    assert buffers.param_persistence_threshold == 10 * 4096
+    spec = synthetic_spec()
+    small = estimate_memory(spec, STRATEGIES["3"], workload(2), buffers, gpu_name="H100")
+    assert small.buffers_bytes == 2 * 100_000_000
+
+
+def test_fp32_doubles_working_copies():
+    spec = synthetic_spec()
+    bf16 = estimate_memory(spec, STRATEGIES["2"], workload(2), gpu_name="H100")
+    fp32 = estimate_memory(spec, STRATEGIES["2"], workload(2, precision="fp32"), gpu_name="H100")
+    assert fp32.params_bytes == 2 * bf16.params_bytes
+    assert fp32.optimizer_bytes == 8 * P // 2  # Adam only: fp32 training needs no separate master copy
+    assert dataclasses.asdict(fp32) != dataclasses.asdict(bf16)
+
+
+def test_every_figure_is_int_bytes():
+    est = estimate_memory(llama(), STRATEGIES["3"], workload(2, micro_batch_size=3, seq_len=1000), gpu_name="T4")
+    for name, value in dataclasses.asdict(est).items():
+        if name != "notes":
+            assert type(value) is int, name
+
+
+def test_workspace_by_gpu_generation():
+    assert workspace_bytes("H100") == 64 * 2**20
+    assert workspace_bytes("T4") < workspace_bytes("H100")
+    assert workspace_bytes("cpu") == 0
+    assert GiB == 2**30
