@@ -1,0 +1,244 @@
+"""zero-plan through main([...]): exit statuses, --json, files written, one-line errors, light import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from test_planner import FakeMemory, require_real_memory
+
+from zero_planner import planner
+from zero_planner.cli import main
+from zero_planner.plan import Plan, load_plan
+from zero_planner.planner import DS_CONFIGS_DIR
+
+LLAMA = ["--model", "meta-llama/Meta-Llama-3-8B"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    memory = FakeMemory()
+    monkeypatch.setattr(planner, "estimate_memory", memory)
+    return memory
+
+
+@pytest.fixture
+def real_memory():
+    require_real_memory()
+
+
+def test_plan_fits_and_writes_files(fake, tmp_path, capsys):
+    out = tmp_path / "plans" / "plan.json"
+    rc = main([*LLAMA, "--gpus", "8xA100-80GB", "--cpu-mem", "1TiB", "--global-batch", "64", "-o", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    plan = load_plan(out)
+    ds = json.loads((tmp_path / "plans" / "plan.ds_config.json").read_text())
+    assert ds == plan.deepspeed_config
+    assert "Chosen:" in text and f"zero-run {out}" in text and "->" in text
+    assert plan.launch.command[-1] == str(out)
+    assert plan.training.micro_batch_size * plan.training.gradient_accumulation_steps * 8 == 64
+
+
+def test_json_prints_only_the_plan(fake, capsys):
+    rc = main([*LLAMA, "--gpus", "2xH100", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    data = json.loads(out)  # nothing but JSON on stdout
+    assert next(iter(data)) == "schema_version"
+    plan = Plan.model_validate(data)
+    assert plan.hardware.gpus_per_node == 2 and plan.model.name == "meta-llama/Meta-Llama-3-8B"
+
+
+def test_nothing_fits_exits_1_with_numbers(fake, capsys):
+    fake.base = dict.fromkeys(fake.base, 40)
+    rc = main([*LLAMA, "--gpus", "2xT4"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "Nothing fits" in out and "GiB" in out and "LoRA/QLoRA" in out
+
+
+def test_nothing_fits_json(fake, capsys):
+    fake.base = dict.fromkeys(fake.base, 40)
+    rc = main([*LLAMA, "--gpus", "2xT4", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1 and data["fits"] is False and data["advice"] and len(data["candidates"]) == 14
+
+
+def test_seq_len_default_is_capped_at_the_model_maximum(fake, capsys):
+    assert main(["--model", "gpt2", "--gpus", "1xA100", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["training"]["seq_len"] == 1024
+    assert any("capped" in n for n in data["notes"])
+
+
+def test_validate_flag(fake, capsys):
+    assert main(["--model", "gpt2", "--gpus", "2xT4", "--validate"]) == 0
+    assert "DeepSpeed's config parser accepts" in capsys.readouterr().out
+
+
+def test_json_with_validate_keeps_stdout_clean():
+    # A fresh process: DeepSpeed's logger picks its stream when deepspeed is first imported.
+    done = subprocess.run(
+        [sys.executable, "-m", "zero_planner", "--model", "gpt2", "--gpus", "1xT4", "--json", "--validate"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"]["name"] == "gpt2"
+
+
+def test_ds_config_estimate(fake, capsys):
+    rc = main(
+        [
+            "--model",
+            "gpt2",
+            "--gpus",
+            "2xT4",
+            "--seq-len",
+            "512",
+            "--ds-config",
+            str(DS_CONFIGS_DIR / "zero2_fp16.json"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "headroom" in out and "no safety margin" in out
+
+
+def test_ds_config_that_does_not_fit(fake, capsys):
+    fake.base["3"] = 30
+    rc = main(["--model", "gpt2", "--gpus", "2xT4", "--ds-config", str(DS_CONFIGS_DIR / "zero3_fp16.json")])
+    out = capsys.readouterr().out
+    assert rc == 1 and "short by" in out
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "--ds-config" in capsys.readouterr().out
+
+
+def _bad_ds_configs(tmp_path):
+    (tmp_path / "garbage.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "stage9.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 9}}')
+    (tmp_path / "adir.json").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([*LLAMA, "--gpus", "2xT5"], "did you mean"),
+        ([*LLAMA, "--gpus", "2xx4"], "bad --gpus"),
+        ([*LLAMA, "--gpus", "0xT4"], "at least 1"),
+        ([*LLAMA, "--gpus", "cpu:0"], "cpu:N"),
+        ([*LLAMA, "--gpus", "2xT4", "--micro-batch", "0"], "--micro-batch"),
+        ([*LLAMA, "--gpus", "2xT4", "--micro-batch", "-3"], "--micro-batch"),
+        ([*LLAMA, "--gpus", "2xT4", "--micro-batch", "many"], "positive integer or auto"),
+        ([*LLAMA, "--gpus", "2xT4", "--global-batch", "0"], "--global-batch"),
+        ([*LLAMA, "--gpus", "2xT4", "--seq-len", "0"], "--seq-len"),
+        ([*LLAMA, "--gpus", "2xT4", "--seq-len", "-1"], "--seq-len"),
+        ([*LLAMA, "--gpus", "2xT4", "--seq-len", "100000"], "maximum of 8192"),
+        ([*LLAMA, "--gpus", "2xT4", "--stage", "4"], "auto, 0, 1, 2, 2-offload, 3, 3-offload, 3-offload-all"),
+        ([*LLAMA, "--gpus", "2xT4", "--precision", "fp8"], "auto, bf16, fp16, fp32"),
+        ([*LLAMA, "--gpus", "2xT4", "--precision", "bf16"], "T4 has no bf16"),
+        ([*LLAMA, "--gpus", "2xT4", "--method", "lora"], "not yet supported (planned)"),
+        ([*LLAMA, "--gpus", "2xT4", "--method", "dora"], "full, lora, qlora"),
+        ([*LLAMA, "--gpus", "2xT4", "--task", "chat"], "causal-lm, seq-cls"),
+        ([*LLAMA, "--gpus", "2xT4", "--cpu-mem", "lots"], "bad size"),
+        (["--model", "no-such-org/no-such-model-xyz", "--gpus", "2xT4"], "not in the built-in catalog"),
+        (["--model", "llama3-8b-typo", "--gpus", "2xT4"], "catalog"),
+        (["--model", "./missing/config.json", "--gpus", "2xT4"], "no such file"),
+        (["--gpus", "2xT4"], "required: --model"),
+        ([*LLAMA, "--gpus", "2xT4", "--unknown-flag"], "unrecognized arguments"),
+        ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/missing.json"], "no such file"),
+        ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/garbage.json"], "not valid JSON"),
+        ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/list.json"], "JSON object expected"),
+        ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/stage9.json"], "stage 9"),
+        ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/adir.json"], "cannot read"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(fake, tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tmp = _bad_ds_configs(tmp_path)
+    rc = main([a.replace("{tmp}", str(tmp)) for a in argv])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zero-plan: error: ")
+    assert message in lines[0]
+    assert "Traceback" not in captured.err
+
+
+def test_import_does_not_load_heavy_libraries():
+    code = (
+        "import sys, zero_planner.cli, zero_planner.planner, zero_planner.throughput; "
+        "print([m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_catalog_plan_does_not_load_heavy_libraries():
+    # The whole default path, not only the import: catalog model, planning, rich output.
+    code = (
+        "import sys; from zero_planner.cli import main\n"
+        "try: main(['--model', 'gpt2', '--gpus', '2xT4'])\n"
+        "finally: print('HEAVY', [m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
+    assert "HEAVY []" in out
+
+
+# --- with the real memory model ------------------------------------------------------------------------------
+
+
+def test_llama3_8b_on_two_t4s_offline(real_memory, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc = main([*LLAMA, "--gpus", "2xT4"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    if rc == 1:
+        assert "Nothing fits" in out and "GiB" in out and "LoRA/QLoRA" in out and "--cpu-mem" in out
+    else:
+        assert "Chosen:" in out
+
+
+def test_real_json_plan_loads(real_memory, tmp_path, capsys):
+    rc = main(
+        [
+            "--model",
+            "Qwen/Qwen2.5-0.5B",
+            "--gpus",
+            "1xA100-80GB",
+            "--seq-len",
+            "1024",
+            "--json",
+            "-o",
+            str(tmp_path / "p.json"),
+        ]
+    )
+    assert rc == 0
+    assert Plan.model_validate(json.loads(capsys.readouterr().out)) == load_plan(tmp_path / "p.json")
+
+
+def test_real_ds_config_estimate(real_memory, capsys):
+    rc = main(
+        [
+            "--model",
+            "gpt2",
+            "--gpus",
+            "1xT4",
+            "--seq-len",
+            "512",
+            "--ds-config",
+            str(DS_CONFIGS_DIR / "zero2_fp16.json"),
+        ]
+    )
+    assert rc in (0, 1)
+    assert ("headroom" if rc == 0 else "short by") in capsys.readouterr().out

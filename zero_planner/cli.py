@@ -1,0 +1,495 @@
+"""zero-plan: argument parsing and output only; the planning is zero_planner.planner's.
+
+    zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 [-o plan.json] [--json]
+    zero-plan --model gpt2 --gpus 1xT4 --ds-config my_ds.json      # will my existing config fit?
+
+Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input (one line on stderr).
+Bytes become GiB (2**30) here and nowhere else. No torch, transformers or deepspeed import on the catalog
+path: `--validate` imports deepspeed, `--gpus auto` torch, a model outside the catalog transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from zero_planner.errors import InputError, closest
+from zero_planner.hardware import GPU_SPEC_FORMS, Cluster, parse_gpus
+from zero_planner.plan import Plan, plan_json, save_plan
+
+PROG = "zero-plan"
+DEFAULT_SEQ_LEN = 2048
+"""--seq-len when not given: 2048 tokens, or the model's maximum when that is shorter (the output says so)."""
+EXIT_FITS, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
+GIB = 2**30
+STAGE_CHOICES = ("auto", "0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all")
+PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
+METHOD_CHOICES = ("full", "lora", "qlora")
+TASK_CHOICES = ("causal-lm", "seq-cls")
+STAGE_WORDS = {
+    0: "nothing sharded (plain data parallel)",
+    1: "optimizer states sharded",
+    2: "optimizer states and gradients sharded",
+    3: "optimizer states, gradients and weights sharded",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InputError instead of printing usage and exiting, so main() prints one line."""
+
+    def error(self, message: str):
+        raise InputError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _micro_batch(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, got {text!r}") from None
+
+
+def _choice(choices: Sequence[str]):
+    def parse(text: str) -> str:
+        if text in choices:
+            return text
+        lowered = text.strip().lower()
+        if lowered in choices:
+            return lowered
+        near = closest(text, choices)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}{hint}")
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Predict DeepSpeed ZeRO memory per GPU, choose the strategy and batch that fit, write the plan.",
+        epilog="Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input.",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="Hugging Face hub id, local model folder, path to config.json, or a built-in catalog name",
+    )
+    parser.add_argument("--gpus", required=True, help=f"the GPUs: {GPU_SPEC_FORMS}")
+    parser.add_argument(
+        "--seq-len",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"tokens per sample (default {DEFAULT_SEQ_LEN}, or the model's maximum if shorter)",
+    )
+    parser.add_argument(
+        "--micro-batch",
+        type=_micro_batch,
+        default=None,
+        metavar="N|auto",
+        help="samples per GPU per micro-step (default auto: the largest that fits)",
+    )
+    parser.add_argument(
+        "--global-batch",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="samples per optimizer step over all GPUs; sets gradient accumulation (default: no accumulation)",
+    )
+    parser.add_argument(
+        "--grad-checkpointing",
+        dest="grad_ckpt",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="force gradient checkpointing on or off (default: the planner tries both)",
+    )
+    parser.add_argument(
+        "--precision",
+        type=_choice(PRECISION_CHOICES),
+        default="auto",
+        metavar="{" + ",".join(PRECISION_CHOICES) + "}",
+        help="auto: bf16 where the GPU has it, fp16 on T4/V100/P100, fp32 for cpu:N",
+    )
+    parser.add_argument(
+        "--stage",
+        type=_choice(STAGE_CHOICES),
+        default="auto",
+        metavar="{" + ",".join(STAGE_CHOICES) + "}",
+        help="ZeRO strategy (default auto: all seven)",
+    )
+    parser.add_argument(
+        "--cpu-mem",
+        default=None,
+        metavar="SIZE",
+        help="host memory per node available for offload, e.g. 29GiB (default: detected or assumed)",
+    )
+    parser.add_argument(
+        "--method",
+        type=_choice(METHOD_CHOICES),
+        default="full",
+        metavar="{full,lora,qlora}",
+        help="full fine-tuning (lora and qlora are planned, not yet supported)",
+    )
+    parser.add_argument("--task", type=_choice(TASK_CHOICES), default="causal-lm", metavar="{causal-lm,seq-cls}")
+    parser.add_argument(
+        "--ds-config",
+        default=None,
+        metavar="PATH",
+        help="do not choose: estimate this DeepSpeed JSON (fit reported without the safety margin)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="write the plan file here (and its DeepSpeed JSON beside it)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan file's JSON on stdout and nothing else")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="also check the DeepSpeed JSON with DeepSpeed's own config parser (imports deepspeed)",
+    )
+    return parser
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _gib(num_bytes: int | float) -> str:
+    return f"{num_bytes / GIB:.2f}"
+
+
+def ds_config_file(plan_path: str | Path) -> Path:
+    """Returns where the plan's DeepSpeed JSON is written beside the plan: plan.json -> plan.ds_config.json."""
+    path = Path(plan_path)
+    return path.with_name(f"{path.stem}.ds_config.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plans (or estimates --ds-config), prints the result and writes the files; returns the exit status."""
+    from zero_planner import planner
+    from zero_planner.models.spec import load_model_spec
+
+    if args.method != "full":
+        raise InputError(f"--method {args.method} is not yet supported (planned); use --method full")
+    cluster = parse_gpus(args.gpus, args.cpu_mem)
+    ds_config = planner.read_ds_config(args.ds_config) if args.ds_config else None
+    spec = load_model_spec(args.model)
+    notes = []
+    seq_len = args.seq_len
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+        if seq_len < DEFAULT_SEQ_LEN:
+            notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
+    plan_path = args.output or "plan.json"
+
+    if ds_config is not None:
+        estimate = planner.estimate_config(
+            spec,
+            cluster,
+            ds_config,
+            seq_len=seq_len,
+            grad_ckpt=bool(args.grad_ckpt),
+            micro_batch=args.micro_batch,
+            method=args.method,
+            task=args.task,
+            model_name=args.model,
+            plan_path=plan_path,
+        )
+        result_plan, fits = estimate.plan, estimate.fits
+        estimate.plan.notes[:0] = notes
+    else:
+        result = planner.plan(
+            spec,
+            cluster,
+            seq_len=seq_len,
+            micro_batch=args.micro_batch,
+            global_batch=args.global_batch,
+            grad_ckpt=args.grad_ckpt,
+            precision=args.precision,
+            stage=args.stage,
+            method=args.method,
+            task=args.task,
+            model_name=args.model,
+            plan_path=plan_path,
+        )
+        result.notes[:0] = notes
+        if result.plan is not None:
+            result.plan.notes[:0] = notes
+        result_plan, fits = result.plan, result.fits
+
+    if fits and args.validate:
+        _validate(result_plan, given=ds_config is not None, quiet=args.json)
+    written = _write(result_plan, args.output) if fits and args.output else None
+
+    if args.json:
+        if fits:
+            print(plan_json(result_plan))
+        else:
+            answer = _no_plan_json(None, estimate) if ds_config is not None else _no_plan_json(result, None)
+            print(json.dumps(answer, indent=2))
+        return EXIT_FITS if fits else EXIT_NOTHING_FITS
+
+    console = _console()
+    if ds_config is not None:
+        _print_config_estimate(console, estimate, cluster, args.ds_config)
+    else:
+        _print_plan_result(console, result, spec_name=args.model)
+    if fits:
+        _print_next_steps(console, result_plan, written, args.output)
+    elif args.output:
+        console.print(f"No plan written to {args.output}: nothing fits.")
+    return EXIT_FITS if fits else EXIT_NOTHING_FITS
+
+
+def _validate(plan: Plan, *, given: bool, quiet: bool) -> None:
+    import contextlib
+
+    from zero_planner.dsconfig import validate_ds_config
+
+    try:
+        # DeepSpeed's logger writes to stdout, which --json keeps for the plan alone.
+        with contextlib.redirect_stdout(sys.stderr):
+            validate_ds_config(plan.deepspeed_config)
+    except ValueError as error:
+        if given:
+            raise InputError(f"--ds-config: {_one_line(error)}") from None
+        raise RuntimeError(f"zero-plan built a DeepSpeed config that DeepSpeed rejects (a bug): {error}") from None
+    if not quiet:
+        print("DeepSpeed's config parser accepts the DeepSpeed JSON.")
+
+
+def _write(plan: Plan, output: str) -> tuple[Path, Path]:
+    """Writes the plan file and its DeepSpeed JSON beside it; returns both paths."""
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_plan(plan, path)
+        ds_path = ds_config_file(path)
+        ds_path.write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"-o {output!r}: cannot write ({error.strerror or error})") from None
+    return path, ds_path
+
+
+def _no_plan_json(result, estimate) -> dict:
+    """Returns the --json answer when nothing fits: no plan, every candidate and what would fit."""
+    from zero_planner.planner import candidate
+
+    if estimate is not None:
+        data = estimate.plan.model_dump(mode="json")
+        return {
+            "schema_version": data["schema_version"],
+            "fits": False,
+            "reason": estimate.option.reason,
+            "gpu_headroom_bytes": estimate.gpu_headroom_bytes,
+            "host_headroom_bytes": estimate.host_headroom_bytes,
+            "plan": data,
+        }
+    from zero_planner.plan import SCHEMA_VERSION
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "fits": False,
+        "model": {"name": result.spec.name, "params": result.spec.num_params},
+        "hardware": {
+            "gpu": result.cluster.gpu.name,
+            "nodes": result.cluster.nodes,
+            "gpus_per_node": result.cluster.gpus_per_node,
+            "gpu_memory_bytes": result.cluster.gpu.memory_bytes,
+            "cpu_memory_bytes": result.cluster.cpu_memory_bytes,
+        },
+        "training": {"seq_len": result.seq_len, "precision": result.precision},
+        "candidates": [candidate(o).model_dump(mode="json") for o in result.options],
+        "advice": result.advice,
+        "notes": result.notes,
+    }
+
+
+# --- human output (rich) -------------------------------------------------------------------------------------
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 180)  # piped or captured: do not squeeze the table into 80 columns
+    return console
+
+
+def _table(title: str, options, chosen, caption: str):
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, header_style="bold", title_justify="left", caption_justify="left")
+    for name, justify in [
+        ("", "left"),
+        ("stage", "left"),
+        ("ckpt", "left"),
+        ("micro", "right"),
+        ("accum", "right"),
+        ("params", "right"),
+        ("grads", "right"),
+        ("optim", "right"),
+        ("activ", "right"),
+        ("buffers", "right"),
+        ("overhead", "right"),
+        ("peak", "right"),
+        ("total", "right"),
+        ("host", "right"),
+        ("tokens/s", "right"),
+        ("fits / why not", "left"),
+    ]:
+        table.add_column(name, justify=justify, no_wrap=name != "fits / why not")
+    for option in options:
+        m = option.memory
+        mark = "->" if option is chosen else ""
+        style = "bold green" if option is chosen else (None if option.fits else "dim")
+        table.add_row(
+            mark,
+            option.strategy.name,
+            "on" if option.gradient_checkpointing else "off",
+            str(option.micro_batch_size),
+            str(option.gradient_accumulation_steps),
+            _gib(m.params_bytes),
+            _gib(m.gradients_bytes),
+            _gib(m.optimizer_bytes),
+            _gib(m.activations_bytes),
+            _gib(m.buffers_bytes),
+            _gib(m.overhead_bytes),
+            _gib(m.peak_allocated_bytes),
+            _gib(m.total_bytes),
+            _gib(m.cpu_total_bytes),
+            f"{option.tokens_per_second:,.0f}" if option.fits else "-",
+            option.reason,
+            style=style,
+        )
+    return table
+
+
+def _hardware_text(cluster: Cluster) -> str:
+    if cluster.is_cpu:
+        return f"{cluster.gpus_per_node} CPU processes ({cluster.gpu.memory_bytes / GIB:.1f} GiB each)"
+    nodes = f"{cluster.nodes} nodes x " if cluster.nodes > 1 else ""
+    return f"{nodes}{cluster.gpus_per_node}x {cluster.gpu.name} ({cluster.gpu.memory_bytes / GIB:.2f} GiB each)"
+
+
+def _print_plan_result(console, result, *, spec_name: str) -> None:
+    from zero_planner.planner import SAFETY_MARGIN_BYTES, SAFETY_MARGIN_FRACTION, gpu_limit_bytes, host_limit_bytes
+
+    cluster, spec = result.cluster, result.spec
+    title = (
+        f"{spec_name} ({spec.num_params / 1e9:.2f}B params) on {_hardware_text(cluster)}, "
+        f"seq {result.seq_len}, {result.precision}"
+    )
+    caption = (
+        f"GiB per GPU (host: per node). A candidate fits when total <= "
+        f"{gpu_limit_bytes(cluster.gpu.memory_bytes) / GIB:.2f} GiB (capacity less {SAFETY_MARGIN_FRACTION:.0%} "
+        f"and {SAFETY_MARGIN_BYTES // 2**20} MiB) and host <= "
+        f"{host_limit_bytes(cluster.cpu_memory_bytes) / GIB:.2f} GiB. peak = predicted max_memory_allocated; "
+        f"total = reserved + CUDA context. tokens/s: whole cluster, step-time model (assumed MFU)."
+    )
+    console.print(_table(title, result.options, result.chosen, caption))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if result.chosen is None:
+        console.print(
+            f"[bold red]Nothing fits[/] for full fine-tuning of {spec_name} on {_hardware_text(cluster)} "
+            f"at seq {result.seq_len}. What would:"
+        )
+        for line in result.advice:
+            console.print(f"  - {line}", soft_wrap=True)
+
+
+def _capacity_line(what: str, need_bytes: int, have_bytes: int) -> str:
+    spare = have_bytes - need_bytes
+    room = f"headroom {_gib(spare)} GiB" if spare >= 0 else f"short by {_gib(-spare)} GiB"
+    return f"{what} {_gib(need_bytes)} of {_gib(have_bytes)} GiB: {room}"
+
+
+def _print_config_estimate(console, estimate, cluster: Cluster, path: str) -> None:
+    option = estimate.option
+    title = (
+        f"{path} on {_hardware_text(cluster)}, seq {estimate.plan.training.seq_len}, {estimate.plan.training.precision}"
+    )
+    caption = "GiB per GPU (host: per node); fit judged against the full capacity, no safety margin."
+    console.print(_table(title, [option], option if option.fits else None, caption))
+    gpu_line = _capacity_line("GPU", option.memory.total_bytes, cluster.gpu.memory_bytes)
+    host_line = _capacity_line("host", option.memory.cpu_total_bytes, cluster.cpu_memory_bytes) + " per node"
+    verdict = "[bold green]Fits[/]" if option.fits else "[bold red]Does not fit[/]"
+    console.print(f"{verdict} (no safety margin): {gpu_line}; {host_line}")
+    for note in estimate.plan.notes:
+        console.print(f"note: {note}")
+
+
+def _print_next_steps(console, plan: Plan, written, output: str | None) -> None:
+    t, s = plan.training, plan.strategy
+    world = plan.hardware.nodes * plan.hardware.gpus_per_node
+    per_gpu = plan.estimate.per_gpu
+    offload = []
+    if s.offload_optimizer != "none":
+        offload.append(f"optimizer offloaded to {s.offload_optimizer}")
+    if s.offload_param != "none":
+        offload.append(f"parameters offloaded to {s.offload_param}")
+    what = STAGE_WORDS[s.stage] + ("; " + ", ".join(offload) if offload else "")
+    console.print(
+        f"[bold]Chosen:[/] ZeRO stage {s.stage} ({what}), "
+        f"{t.precision}, gradient checkpointing {'on' if t.gradient_checkpointing else 'off'}"
+    )
+    console.print(
+        f"  batch: micro-batch {t.micro_batch_size} x accumulation {t.gradient_accumulation_steps} x {world} "
+        f"{'GPU' if world == 1 else 'GPUs'} = "
+        f"{t.micro_batch_size * t.gradient_accumulation_steps * world} sequences of {t.seq_len} tokens per step"
+    )
+    console.print(
+        f"  per GPU: total {_gib(per_gpu.total)} of {_gib(plan.hardware.gpu_memory_bytes)} GiB "
+        f"(peak allocated {_gib(per_gpu.peak_allocated)} GiB); host {_gib(plan.estimate.cpu.total)} of "
+        f"{_gib(plan.hardware.cpu_memory_bytes)} GiB per node"
+    )
+    chosen = next((c for c in plan.candidates if c.chosen), None)
+    if chosen is not None and chosen.tokens_per_second:
+        console.print(
+            f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model for ranking, not a measurement)"
+        )
+    if written:
+        plan_path, ds_path = written
+        console.print(f"Plan: {plan_path}   DeepSpeed JSON: {ds_path}")
+        console.print(f"Run:  zero-run {shlex.quote(str(plan_path))}")
+    else:
+        console.print("Write the plan with -o plan.json, then run: zero-run plan.json")
+    console.print(f"      (runs: {shlex.join(plan.launch.command)})", soft_wrap=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs zero-plan with `argv` (default sys.argv[1:]); returns the exit status, never raises for bad input."""
+    try:
+        args = build_parser().parse_args(argv)
+        return run(args)
+    except InputError as error:
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
