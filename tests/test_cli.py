@@ -58,7 +58,7 @@ def test_nothing_fits_exits_1_with_numbers(fake, capsys):
     rc = main([*LLAMA, "--gpus", "2xT4"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "Nothing fits" in out and "GiB" in out and "LoRA/QLoRA" in out
+    assert "Nothing fits" in out and "GiB" in out and "--method lora" in out
 
 
 def test_nothing_fits_json(fake, capsys):
@@ -146,7 +146,9 @@ def _bad_ds_configs(tmp_path):
         ([*LLAMA, "--gpus", "2xT4", "--stage", "4"], "auto, 0, 1, 2, 2-offload, 3, 3-offload, 3-offload-all"),
         ([*LLAMA, "--gpus", "2xT4", "--precision", "fp8"], "auto, bf16, fp16, fp32"),
         ([*LLAMA, "--gpus", "2xT4", "--precision", "bf16"], "T4 has no bf16"),
-        ([*LLAMA, "--gpus", "2xT4", "--method", "lora"], "not yet supported (planned)"),
+        ([*LLAMA, "--gpus", "cpu:2", "--method", "qlora"], "needs CUDA GPUs"),
+        ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-r", "0"], "not a positive integer"),
+        ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-dropout", "1.5"], "probability"),
         ([*LLAMA, "--gpus", "2xT4", "--method", "dora"], "full, lora, qlora"),
         ([*LLAMA, "--gpus", "2xT4", "--task", "chat"], "causal-lm, seq-cls"),
         ([*LLAMA, "--gpus", "2xT4", "--cpu-mem", "lots"], "bad size"),
@@ -204,7 +206,7 @@ def test_llama3_8b_on_two_t4s_offline(real_memory, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert rc in (0, 1)
     if rc == 1:
-        assert "Nothing fits" in out and "GiB" in out and "LoRA/QLoRA" in out and "--cpu-mem" in out
+        assert "Nothing fits" in out and "GiB" in out and "--method lora" in out and "--cpu-mem" in out
     else:
         assert "Chosen:" in out
 

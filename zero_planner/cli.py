@@ -28,7 +28,7 @@ EXIT_FITS, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
 GIB = 2**30
 STAGE_CHOICES = ("auto", "0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all")
 PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
-METHOD_CHOICES = ("full", "lora", "qlora")
+METHOD_CHOICES = ("full", "lora", "qlora", "auto")
 TASK_CHOICES = ("causal-lm", "seq-cls")
 STAGE_WORDS = {
     0: "nothing sharded (plain data parallel)",
@@ -142,8 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         type=_choice(METHOD_CHOICES),
         default="full",
-        metavar="{full,lora,qlora}",
-        help="full fine-tuning (lora and qlora are planned, not yet supported)",
+        metavar="{" + ",".join(METHOD_CHOICES) + "}",
+        help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits",
+    )
+    parser.add_argument("--lora-r", type=_positive_int, default=16, metavar="R", help="LoRA rank (default 16)")
+    parser.add_argument("--lora-alpha", type=_positive_int, default=32, metavar="A", help="LoRA alpha (default 32)")
+    parser.add_argument("--lora-dropout", type=_dropout, default=0.05, metavar="P", help="LoRA dropout (default 0.05)")
+    parser.add_argument(
+        "--lora-targets",
+        default="all-linear",
+        metavar="NAMES",
+        help='comma-separated module names, or "all-linear" (default): every linear layer but the output head',
+    )
+    parser.add_argument(
+        "--num-labels", type=_positive_int, default=2, metavar="N", help="seq-cls: classes of the head (default 2)"
     )
     parser.add_argument("--task", type=_choice(TASK_CHOICES), default="causal-lm", metavar="{causal-lm,seq-cls}")
     parser.add_argument(
@@ -168,6 +180,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _dropout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1)")
+    return value
+
+
+def _lora_info(args: argparse.Namespace):
+    from zero_planner.plan import LoraInfo
+
+    targets = args.lora_targets.strip()
+    names = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    if not names:
+        raise InputError(f'--lora-targets {args.lora_targets!r} names no module; use "all-linear" or q_proj,v_proj')
+    return LoraInfo(r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout, target_modules=names)
+
+
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
@@ -187,8 +229,6 @@ def run(args: argparse.Namespace) -> int:
     from zero_planner import planner
     from zero_planner.models.spec import load_model_spec
 
-    if args.method != "full":
-        raise InputError(f"--method {args.method} is not yet supported (planned); use --method full")
     cluster = parse_gpus(args.gpus, args.cpu_mem)
     ds_config = planner.read_ds_config(args.ds_config) if args.ds_config else None
     spec = load_model_spec(args.model)
@@ -229,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
             task=args.task,
             model_name=args.model,
             plan_path=plan_path,
+            lora=_lora_info(args),
+            num_labels=args.num_labels,
         )
         result.notes[:0] = notes
         if result.plan is not None:

@@ -39,6 +39,11 @@ NCCL_BUFFERS_ASSUMED_BYTES = 512 * MiB
 # and steps them one at a time (deepspeed/runtime/zero/config.py: sub_group_size default 1e9).
 SUB_GROUP_SIZE = 1_000_000_000
 
+# QLoRA's NF4 storage: 4 bits per weight plus double-quantised constants, an 8-bit absmax per 64-weight
+# block and an fp32 scale per 256 blocks: 0.5 + 1/64 + 4/(64*256) bytes (Dettmers et al. 2023, section 3:
+# 0.127 bits per parameter of constants).
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+
 # Host memory of one training process before any offload: torch, CUDA runtime, transformers, deepspeed.
 # Measured peak RSS 1.98-2.07 GiB for every non-offload case on H100/H200 (benchmarks/results).
 PROCESS_RSS_BYTES = int(2.1 * GiB)
@@ -59,6 +64,11 @@ class Workload:
     method: str = "full"
     task: str = "causal-lm"
     gradient_accumulation_steps: int = 1
+    lora_r: int = 16
+    """LoRA / QLoRA adapter rank (peft's "all-linear" targets)."""
+    lora_dropout: float = 0.05
+    num_labels: int = 2
+    """seq-cls: classes of the classification head that replaces the LM head."""
 
 
 @dataclass(frozen=True)
@@ -160,8 +170,19 @@ def activation_bytes(spec: ModelSpec, workload: Workload) -> Activations:
         kept_per_layer = width * spec.hidden_size
     else:
         kept_per_layer = layer
-    saved = tokens * (spec.num_layers * kept_per_layer + coef["rest"])
+    rest = coef["rest"]
     logits = tokens * spec.vocab_size
+    if workload.task == "seq-cls":
+        # One score row per sequence instead of a vocabulary row per token: the LM head's log-softmax
+        # (4 B per vocabulary entry per token, inside `rest`) and the loss's logits copies are gone.
+        rest = max(rest - 4 * spec.vocab_size, 0)
+        logits = workload.micro_batch_size * workload.num_labels
+    saved = tokens * (spec.num_layers * kept_per_layer + rest)
+    if workload.method in ("lora", "qlora") and workload.lora_dropout > 0 and not workload.gradient_checkpointing:
+        # peft runs each target's input through its own dropout and lora_A keeps the result (16-bit) and the
+        # dropout mask (1 byte): per token, (width + 1) * the sum of the targets' input widths. Counted in
+        # full (an upper bound: the frozen base layers no longer keep their shared inputs).
+        saved += tokens * (width + 1) * _linear(spec)["in_sum"]
     # Forward: the 16-bit logits and their fp32 upcast (transformers' ForCausalLMLoss) live together with
     # the saved log-softmax: 2 + 4 bytes per logit above `saved`; fp32 runs skip the upcast copy.
     # Backward of the loss: fp32 grad of log-softmax and of the logits, 4 + 4 bytes per logit.
@@ -182,6 +203,52 @@ def _arch(spec: ModelSpec) -> dict[str, Any]:
         "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "num_experts": spec.num_experts,
         "num_experts_per_tok": spec.num_experts_per_tok, "gated_mlp": spec.gated_mlp,
     }  # fmt: skip
+
+
+def _linear(spec: ModelSpec) -> dict[str, int]:
+    """Returns the "all-linear" table, from the spec or, lacking it, from the architecture (dense llama)."""
+    if spec.linear:
+        return spec.linear
+    h, i = spec.hidden_size, spec.intermediate_size
+    q = spec.num_attention_heads * spec.head_dim
+    kv = spec.num_key_value_heads * spec.head_dim
+    mlp = [(h, i), (h, i), (i, h)] if spec.gated_mlp else [(h, i), (i, h)]
+    layer = [(h, q), (h, kv), (h, kv), (q, h)] + mlp
+    return {
+        "count": len(layer) * spec.num_layers,
+        "in_out_sum": spec.num_layers * sum(a + b for a, b in layer),
+        "in_sum": spec.num_layers * sum(a for a, _ in layer),
+        "numel": spec.num_layers * sum(a * b for a, b in layer),
+        "largest_numel": max(a * b for a, b in layer),
+    }
+
+
+def task_params(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the model's parameters for the task: seq-cls swaps the LM head for a num_labels score head."""
+    if workload.task != "seq-cls":
+        return spec.num_params
+    head = 0 if spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
+    return spec.num_params - head + spec.hidden_size * workload.num_labels
+
+
+def trainable_params(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the parameters the optimizer updates: all, or the LoRA adapters (plus a seq-cls score head)."""
+    if workload.method not in ("lora", "qlora"):
+        return task_params(spec, workload)
+    adapters = workload.lora_r * _linear(spec)["in_out_sum"]
+    head = spec.hidden_size * workload.num_labels if workload.task == "seq-cls" else 0
+    return adapters + head
+
+
+def weight_bytes(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the bytes of all weights in their stored form (16/32-bit; NF4 linear layers for QLoRA)."""
+    w = 4 if workload.precision == "fp32" else 2
+    total = task_params(spec, workload)
+    adapters = trainable_params(spec, workload) if workload.method in ("lora", "qlora") else 0
+    if workload.method == "qlora":
+        quantised = _linear(spec)["numel"]
+        return math.ceil(NF4_BYTES_PER_PARAM * quantised) + w * (total - quantised) + w * adapters
+    return w * (total + adapters)
 
 
 def moe_expert_numel(spec: ModelSpec) -> int:
@@ -213,7 +280,9 @@ def estimate_memory(
     """
     buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
     n = workload.world_size
-    P = spec.num_params
+    P = trainable_params(spec, workload)  # what gradients, master weights and Adam are kept for
+    W = weight_bytes(spec, workload)  # every weight as stored on the GPU, frozen ones included
+    adapters = workload.method in ("lora", "qlora")
     mixed = workload.precision in ("bf16", "fp16")
     w = 2 if mixed else 4  # bytes of a working-precision parameter, gradient or activation
     master = 4 if mixed else 0  # fp32 master copy (mixed precision only; fp32 trains the params in place)
@@ -224,14 +293,17 @@ def estimate_memory(
     ws = workspace_bytes(gpu_name)
     act = activation_bytes(spec, workload)
     accum = workload.gradient_accumulation_steps > 1
-    untied_head = 0 if spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
+    # A trainable untied LM head is the first gradient produced in backward (full causal-LM training only).
+    untied_head = 0 if spec.tie_word_embeddings or adapters or workload.task == "seq-cls" else spec.vocab_size * spec.hidden_size
     notes: list[str] = []
+    if adapters:
+        notes.append("LoRA/QLoRA terms are from DeepSpeed's and peft's source; not yet measured on a GPU")
 
     gathered = 0
     persistent = 0
     bwd_extra = 0
     if stage == 0:
-        params = w * P
+        params = W
         # FP16_Optimizer (bf16 too, at stage 0: engine._do_optimizer_sanity_check -> DDP_BFLOAT16) creates
         # fp32 master weights and Adam moments at initialize; plain fp32 creates Adam at the first step.
         optimizer = (master + adam) * P
@@ -244,7 +316,7 @@ def estimate_memory(
             step_transient = w * P
         grads_between_micro_steps = w * P if accum else 0
     elif stage in (1, 2) and not off_opt:
-        params = w * P
+        params = W
         optimizer = (master + adam) * P // n
         gradients = w * P // n
         # stage_1_and_2.py step(): the 16-bit grad partition, its flattened copy and the fp32 copy handed
@@ -256,17 +328,18 @@ def estimate_memory(
             bwd_extra = -1  # marker: use max(backward activations, saved + gradient partition)
         grads_between_micro_steps = gradients if accum else 0
     elif stage in (1, 2):  # optimizer offloaded to the CPU
-        params = w * P
+        params = W
         optimizer = 0
-        # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, one largest-tensor-sized 16-bit buffer.
-        gradients = w * spec.largest_tensor_numel
+        # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, one largest-trainable-tensor-sized buffer.
+        largest = workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters else spec.largest_tensor_numel
+        gradients = w * largest
         step_transient = 0
         # The untied lm_head gradient and its copy through that buffer, produced at the activation peak.
         bwd_extra = 2 * w * untied_head
         grads_between_micro_steps = 0
     else:  # stage 3
         persistent = w * persistent_numel(spec, buffers.param_persistence_threshold)
-        params = 0 if off_param else w * P // n
+        params = 0 if off_param else W // n
         params += persistent
         gradients = 0 if off_opt else w * P // n
         optimizer = 0 if off_opt else (master + adam) * P // n
@@ -275,8 +348,8 @@ def estimate_memory(
         if n > 1 or off_param:
             # Gathered parameters kept alive between uses: up to stage3_max_live_parameters elements.
             # Measured: +2.0 bytes per gathered element, capped at 1e9 elements, on four architectures.
-            gathered = w * min(P, buffers.max_live_parameters)
-            if spec.num_experts > 1:
+            gathered = min(W, w * buffers.max_live_parameters)
+            if spec.num_experts > 1 and not adapters:
                 # ZeRO-3 releases a gathered weight after use only for nn.Linear (it wraps F.linear in
                 # LinearFunctionForZeroStage3, which saves the parameter, not its data). transformers' fused
                 # 3-D expert tensors go through grouped_mm, whose autograd node keeps the gathered data until
@@ -285,6 +358,11 @@ def estimate_memory(
                 notes.append("MoE under ZeRO-3: expert weights kept gathered by autograd (upper bound)")
         bwd_extra = 2 * w * untied_head // n if off_opt else 0
         grads_between_micro_steps = 0
+
+    if workload.method == "qlora":
+        # bitsandbytes dequantises one 4-bit weight to the compute dtype per matmul, in forward and backward.
+        dequant = w * _linear(spec)["largest_numel"]
+        act = Activations(act.saved_bytes, act.forward_peak_bytes + dequant, act.backward_peak_bytes + dequant)
 
     # Gradient storage that stays allocated across steps: stage 3's partition, the offload staging buffer.
     resident_grads = gradients if (stage == 3 and not off_opt) or (stage in (1, 2) and off_opt) else 0
@@ -322,6 +400,9 @@ def estimate_memory(
     total = peak + overhead
 
     host = _host_bytes(strategy, P, n, workload.gpus_per_node, w)
+    if off_param:
+        # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
+        host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
     buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
     return MemoryEstimate(
         params_bytes=params,

@@ -58,6 +58,19 @@ class HardwareInfo(_Model):
         return self.nodes * self.gpus_per_node
 
 
+class LoraInfo(_Model):
+    """LoRA / QLoRA adapter settings (peft)."""
+
+    r: int = 16
+    """Adapter rank."""
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+    """peft's target_modules: "all-linear" (every linear layer but the output head) or module names."""
+    quantization: Literal["none", "nf4"] = "none"
+    """nf4: QLoRA, frozen linear weights stored in 4-bit NF4 (bitsandbytes) with double quantisation."""
+
+
 class TrainingInfo(_Model):
     micro_batch_size: int
     gradient_accumulation_steps: int = 1
@@ -69,6 +82,8 @@ class TrainingInfo(_Model):
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     num_labels: int = 2
     """seq-cls only: classes of the classification head."""
+    lora: LoraInfo | None = None
+    """Set for method lora / qlora."""
     max_steps: int = 50
     output_dir: str = "runs/zero-run"
     dataset: str = "synthetic"

@@ -22,10 +22,11 @@ from typing import Any
 from zero_planner.dsconfig import bucket_sizes, build_ds_config
 from zero_planner.errors import InputError, closest
 from zero_planner.hardware import Cluster
-from zero_planner.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory
+from zero_planner.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory, trainable_params
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan import (
     Candidate,
+    LoraInfo,
     CpuEstimate,
     Estimate,
     HardwareInfo,
@@ -54,7 +55,8 @@ MAX_WORLD_SIZE_SEARCHED = 64
 MIN_SEQ_LEN_SUGGESTED = 64
 """When nothing fits, shorter sequences are tried by halving down to this length."""
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-METHODS = ("full", "lora", "qlora")
+METHODS = ("full", "lora", "qlora", "auto")
+ADAPTER_METHODS = ("lora", "qlora")
 TASKS = ("causal-lm", "seq-cls")
 STAGES = ("auto", *STRATEGIES)
 REFERENCE_HIDDEN_SIZE = 4096
@@ -205,8 +207,6 @@ def check_inputs(
             )
     if method not in METHODS:
         raise InputError(f"--method {method!r} is not one of {', '.join(METHODS)}")
-    if method != "full":
-        raise InputError(f"--method {method} is not yet supported (planned); use --method full")
     if task not in TASKS:
         raise InputError(f"--task {task!r} is not one of {', '.join(TASKS)}")
 
@@ -238,8 +238,12 @@ class _Evaluator:
         task: str,
         buffers: ZeroBuffers | None = None,
         margin: bool = True,
+        lora: LoraInfo | None = None,
+        num_labels: int = 2,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
+        self.lora = lora or LoraInfo(quantization="nf4" if method == "qlora" else "none")
+        self.num_labels = num_labels
         self.margin = margin
         self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if margin else cluster.gpu.memory_bytes
         self.host_cap_bytes = host_limit_bytes(cluster.cpu_memory_bytes) if margin else cluster.cpu_memory_bytes
@@ -260,12 +264,17 @@ class _Evaluator:
             method=self.method,
             task=self.task,
             gradient_accumulation_steps=accum,
+            lora_r=self.lora.r,
+            lora_dropout=self.lora.dropout,
+            num_labels=self.num_labels,
         )
 
     def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
         key = (strategy, ckpt, micro, accum)
         if key not in self._cache:
-            self._cache[key] = estimate_memory(self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers)
+            self._cache[key] = estimate_memory(
+                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name
+            )
         return self._cache[key]
 
     def why_not(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> str | None:
@@ -282,7 +291,16 @@ class _Evaluator:
             task=self.task,
             buffers=self.buffers,
             margin=self.margin,
+            lora=self.lora,
+            num_labels=self.num_labels,
         )
+
+    def with_method(self, method: str) -> "_Evaluator":
+        """Returns an evaluator for the same model and cluster with another fine-tuning method."""
+        lora = self.lora.model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+        return _Evaluator(self.spec, self.cluster, seq_len=self.seq_len, precision=self.precision, method=method,
+                          task=self.task, buffers=self.buffers, margin=self.margin, lora=lora,
+                          num_labels=self.num_labels)  # fmt: skip
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
         return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum))
@@ -400,6 +418,8 @@ def plan(
     margin: bool = True,
     model_name: str | None = None,
     plan_path: str = "plan.json",
+    lora: LoraInfo | None = None,
+    num_labels: int = 2,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
@@ -417,10 +437,21 @@ def plan(
         method=method,
         task=task,
     )
+    if method == "auto":
+        return _plan_auto(spec, cluster, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
+                          grad_ckpt=grad_ckpt, precision=precision, stage=stage, task=task, margin=margin,
+                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels)  # fmt: skip
+    if method == "qlora" and cluster.is_cpu:
+        raise InputError("--method qlora needs CUDA GPUs (bitsandbytes 4-bit); use --method lora with --gpus cpu:N")
     precision = resolve_precision(precision, cluster)
     strategies = resolve_strategies(stage)
     ckpts = [False, True] if grad_ckpt is None else [grad_ckpt]
-    ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin)
+    if method in ADAPTER_METHODS:
+        lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+    else:
+        lora = None
+    ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
+                    lora=lora, num_labels=num_labels)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:
@@ -443,7 +474,44 @@ def plan(
     if batch_notes[(chosen.strategy, chosen.gradient_checkpointing)]:
         notes.append(batch_notes[(chosen.strategy, chosen.gradient_checkpointing)])
     result = PlanResult(spec, cluster, precision, seq_len, options, chosen, None, notes)
-    result.plan = build_plan(result, method=method, task=task, model_name=model_name, plan_path=plan_path)
+    result.plan = build_plan(result, method=method, task=task, model_name=model_name, plan_path=plan_path,
+                             lora=lora, num_labels=num_labels)  # fmt: skip
+    return result
+
+
+def _plan_auto(spec: ModelSpec, cluster: Cluster, **kwargs: Any) -> PlanResult:
+    """Returns the plan of the first method that fits, in order full, lora, qlora, saying what each costs.
+
+    Full fine-tuning comes first because it is what LoRA and QLoRA approximate; among the adapter methods,
+    16-bit LoRA before 4-bit QLoRA, which trades speed and some quality for memory.
+    """
+    results = {"full": plan(spec, cluster, method="full", **kwargs)}
+    if not results["full"].fits:
+        for method in ["lora"] + ([] if cluster.is_cpu else ["qlora"]):
+            results[method] = plan(spec, cluster, method=method, **kwargs)
+    fitting = {m: r for m, r in results.items() if r.fits}
+    if "full" in fitting:
+        chosen = "full"
+    elif fitting:
+        # LoRA or QLoRA, whichever trains faster where it fits (QLoRA's 4-bit base also costs some quality).
+        chosen = max(fitting, key=lambda m: fitting[m].chosen.tokens_per_second)
+    else:
+        chosen = "full"
+    costs = []
+    for method, result in results.items():
+        best = result.chosen or min(result.options, key=lambda o: o.memory.total_bytes)
+        costs.append(
+            f"--method {method}: {'fits' if result.fits else 'does not fit'}; "
+            f"{'best' if result.fits else 'smallest'} option stage {best.strategy.name} "
+            f"{_ckpt_text(best.gradient_checkpointing)}, micro-batch {best.micro_batch_size}, "
+            f"{_gib(best.memory.total_bytes)} per GPU, {_gib(best.memory.cpu_total_bytes)} host"
+            + (f", ~{best.tokens_per_second:,.0f} tokens/s (model)" if result.fits else "")
+            + (" <- chosen" if method == chosen and result.fits else "")
+        )
+    result = results[chosen]
+    result.notes[:0] = costs
+    if result.plan is not None:
+        result.plan.notes[:0] = costs
     return result
 
 
@@ -585,11 +653,19 @@ def advice(
     else:
         lines.append(f"a shorter sequence: none down to {MIN_SEQ_LEN_SUGGESTED} tokens fits on {_gpus_text(cluster)}")
 
-    lines.append(
-        f"LoRA/QLoRA would be the next thing to try: only adapter weights get gradients and optimizer states "
-        f"({spec.num_params / 1e9:.2f}B frozen parameters kept in 16 or 4 bits); zero-plan does not plan them yet "
-        f"(--method lora/qlora is planned)"
-    )
+    if ev.method == "full":
+        for method in ("lora",) + (() if cluster.is_cpu else ("qlora",)):
+            adapter_ev = ev.with_method(method)
+            fit = _first_fit(adapter_ev, every, both)
+            if fit:
+                lines.append(
+                    f"--method {method} (r={adapter_ev.lora.r}: {trainable_params(spec, adapter_ev.workload(False, 1)) / 1e6:.1f}M "
+                    f"trainable parameters) fits with stage {fit[0].name} {_ckpt_text(fit[1])} at micro-batch 1 "
+                    f"({_gib(fit[2].total_bytes)} per GPU); --method auto picks it"
+                )
+                break
+        else:
+            lines.append("--method lora / qlora: no strategy fits at micro-batch 1 either")
     return lines
 
 
@@ -635,13 +711,13 @@ def candidate(option: Option, *, chosen: bool = False) -> Candidate:
     )
 
 
-def _model_info(spec: ModelSpec, model_name: str | None) -> ModelInfo:
+def _model_info(spec: ModelSpec, model_name: str | None, trainable: int) -> ModelInfo:
     return ModelInfo(
         name=model_name or spec.hub_id or spec.name,
         hub_id=spec.hub_id,
         source=spec.source,
         params=spec.num_params,
-        trainable_params=spec.num_params,  # full fine-tuning: every parameter
+        trainable_params=trainable,  # every parameter for full fine-tuning; the adapters for LoRA/QLoRA
         init="pretrained" if spec.has_weights else "random",
         weights_path=spec.weights_path,
         largest_layer=spec.largest_layer_name,
@@ -674,6 +750,8 @@ def _assemble(
     notes: list[str],
     model_name: str | None,
     plan_path: str,
+    lora: LoraInfo | None = None,
+    num_labels: int = 2,
 ) -> Plan:
     from zero_planner.launch import (
         launch_command,
@@ -688,9 +766,13 @@ def _assemble(
         method=method,
         task=task,
         attn_implementation=spec.attn_implementation or "sdpa",
+        lora=lora if method in ADAPTER_METHODS else None,
+        num_labels=num_labels,
     )
+    workload = Workload(option.micro_batch_size, seq_len, option.gradient_checkpointing, precision,
+                        method=method, task=task, lora_r=(lora or LoraInfo()).r, num_labels=num_labels)  # fmt: skip
     result = Plan(
-        model=_model_info(spec, model_name),
+        model=_model_info(spec, model_name, trainable_params(spec, workload)),
         hardware=_hardware_info(cluster),
         training=training,
         strategy=_strategy_info(option.strategy),
@@ -711,6 +793,8 @@ def build_plan(
     task: str = "causal-lm",
     model_name: str | None = None,
     plan_path: str = "plan.json",
+    lora: LoraInfo | None = None,
+    num_labels: int = 2,
 ) -> Plan:
     """Returns the Plan for `result.chosen`: its DeepSpeed JSON, estimate, every candidate and the launch command."""
     chosen = result.chosen
@@ -739,6 +823,8 @@ def build_plan(
         notes=notes,
         model_name=model_name,
         plan_path=plan_path,
+        lora=lora,
+        num_labels=num_labels,
     )
 
 
@@ -886,6 +972,8 @@ def estimate_config(
         buffers = ZeroBuffers.from_ds_config(ds_config, spec.hidden_size)
     except (TypeError, ValueError) as error:
         raise InputError(f"--ds-config: bad zero_optimization value ({error})") from None
+    if method == "auto":
+        raise InputError("--method auto chooses a method; with --ds-config give full, lora or qlora")
     ev = _Evaluator(
         spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers, margin=False
     )
@@ -921,6 +1009,7 @@ def estimate_config(
         notes=notes,
         model_name=model_name,
         plan_path=plan_path,
+        lora=ev.lora if method in ADAPTER_METHODS else None,
     )
     return ConfigEstimate(option, gpu_headroom, host_headroom, plan_, notes)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zero_planner.hardware import GPU
-from zero_planner.memory import Workload
+from zero_planner.memory import Workload, trainable_params, weight_bytes
 from zero_planner.models.spec import ModelSpec
 from zero_planner.strategies import Strategy
 
@@ -80,6 +80,8 @@ def training_flops(spec: ModelSpec, workload: Workload) -> float:
     """
     tokens = workload.micro_batch_size * workload.seq_len
     passes = 4 if workload.gradient_checkpointing else 3  # forward + backward (2x) [+ recomputed forward]
+    if workload.method in ("lora", "qlora"):
+        passes -= 1  # frozen weights: the backward computes input gradients only (adapters are negligible)
     d_attn = spec.num_attention_heads * spec.head_dim
     matmul = 2 * passes * compute_params(spec) * tokens
     attention = 4 * passes * spec.num_layers * d_attn * workload.seq_len * tokens
@@ -121,7 +123,7 @@ def communication_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload)
     n = workload.world_size
     if n <= 1:
         return 0.0
-    psi = spec.num_params
+    psi = trainable_params(spec, workload)  # gradients are reduced for trainable parameters only
     b = 4 if workload.precision == "fp32" else 2
     accum = workload.gradient_accumulation_steps
     ring = (n - 1) / n
@@ -131,7 +133,8 @@ def communication_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload)
         volume = psi * b * accum + psi * b  # reduce-scatter per micro-step + one all-gather after the step
     else:
         gathers = 3 if workload.gradient_checkpointing else 2
-        volume = (gathers + 1) * psi * b * accum
+        # every stored weight (frozen ones too, 4-bit for QLoRA) is gathered; trainable gradients reduced
+        volume = (gathers * weight_bytes(spec, workload) + psi * b) * accum
     return volume * ring
 
 
@@ -147,7 +150,7 @@ def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Wor
     if strategy.offload_optimizer == "none" and strategy.offload_param == "none":
         return 0.0
     n = workload.world_size
-    psi = spec.num_params
+    psi = trainable_params(spec, workload)
     b = 4 if workload.precision == "fp32" else 2
     accum = workload.gradient_accumulation_steps
     partition_bytes = b * psi / n
@@ -158,7 +161,7 @@ def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Wor
         seconds += psi * workload.gpus_per_node / n / CPU_ADAM_PARAMS_PER_S_PER_NODE
     if strategy.offload_param != "none":
         transfers = 3 if workload.gradient_checkpointing else 2
-        seconds += transfers * partition_bytes * accum / pcie
+        seconds += transfers * weight_bytes(spec, workload) / n * accum / pcie
     return seconds
 
 

@@ -79,6 +79,8 @@ class ModelSpec:
     largest_tensor_name: str | None = None
     activations: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     """Saved-activation bytes per token, traced from the model (models/activations.py)."""
+    linear: dict[str, int] | None = field(default=None, compare=False, repr=False)
+    """Linear layers peft's "all-linear" adapts: count, in_out_sum, in_sum, numel, largest_numel."""
 
 
 def _catalog_dir():
@@ -279,6 +281,7 @@ def _spec(name: str, hub_id: str | None, config: dict, table: dict, source: Sour
         weights_path=weights,
         attn_implementation=table.get("attn_implementation"),
         activations=table.get("activations"),
+        linear=table.get("linear"),
     )
 
 
@@ -336,6 +339,7 @@ def param_table(config: dict[str, Any], name: str | None = None) -> dict[str, An
     largest_tensor = max(params.values(), key=lambda p: p.numel())
 
     sizes = Counter(p.numel() for p in params.values())
+    linears = _adapter_targets(model, embed_out)
     return {
         "built_with": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
         "attn_implementation": attn,
@@ -349,7 +353,35 @@ def param_table(config: dict[str, Any], name: str | None = None) -> dict[str, An
         "architecture": _architecture(hf, tied, params),
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
         "activations": activation_coefficients(config, _architecture(hf, tied, params)),
+        # What LoRA / QLoRA sizing needs, over peft's "all-linear" targets (every linear layer but the head):
+        "linear": {
+            "count": len(linears),
+            "in_out_sum": sum(i + o for i, o in linears),  # LoRA adds r * (in + out) per target
+            "in_sum": sum(i for i, _ in linears),  # dropout copies of each target's input
+            "numel": sum(i * o for i, o in linears),  # weights QLoRA stores in 4 bits
+            "largest_numel": max((i * o for i, o in linears), default=0),  # one dequantised at a time
+        },
     }
+
+
+def _adapter_targets(model, output_embeddings) -> list[tuple[int, int]]:
+    """Returns (in_features, out_features) of each linear layer peft's "all-linear" would adapt.
+
+    nn.Linear and transformers' Conv1D (GPT-2, weight stored [in, out]); the output head is left out, as
+    peft leaves it out.
+    """
+    import torch
+
+    targets = []
+    for module in model.modules():
+        if module is output_embeddings:
+            continue
+        if isinstance(module, torch.nn.Linear):
+            targets.append((module.in_features, module.out_features))
+        elif type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None:
+            rows, cols = module.weight.shape
+            targets.append((int(rows), int(cols)))
+    return targets
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
