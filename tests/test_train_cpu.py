@@ -16,6 +16,7 @@ import pytest
 
 from conftest import GIB, make_candidate, make_plan
 from zero_planner import checkpoint as ckpt
+from zero_planner.errors import InputError
 from zero_planner.launch import main
 from zero_planner.plan import save_plan
 from zero_planner.report import build_run_report, error_pct, next_choice, report_table
@@ -123,6 +124,63 @@ def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
     args = launch.build_parser().parse_args([str(plan_file())])
     assert launch._explain_exit(3, 0, str(tmp_path), args) == 3
     assert "in backward at step 3" in capsys.readouterr().err
+
+
+# --- seq-cls data and method checks (no deepspeed launch) ---
+
+
+def test_synthetic_classification_is_deterministic_and_uses_every_class():
+    from zero_planner.data import synthetic_classification
+
+    texts, labels = synthetic_classification(4, 400, seed=5)
+    assert (texts, labels) == synthetic_classification(4, 400, seed=5)
+    assert sorted(set(labels)) == [0, 1, 2, 3] and min(labels.count(k) for k in range(4)) > 60
+    many_texts, many_labels = synthetic_classification(9, 900, seed=5)  # beyond the named topics
+    assert sorted(set(many_labels)) == list(range(9))
+
+
+def test_classification_files_with_int_or_named_labels(tmp_path):
+    from zero_planner.data import load_classification_dataset
+
+    (tmp_path / "d.csv").write_text("body,label\ngreat film,pos\nawful film,neg\nfine film,pos\n")
+    ds = load_classification_dataset(str(tmp_path / "d.csv"), "body", num_labels=2)
+    assert list(ds["text"]) == ["great film", "awful film", "fine film"]
+    assert list(ds["label"]) == [1, 0, 1]  # names numbered in sorted order: neg 0, pos 1
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": f"t{i}", "label": i % 3}) + "\n" for i in range(6)))
+    assert list(load_classification_dataset(str(tmp_path / "d.jsonl"), num_labels=3)["label"]) == [0, 1, 2, 0, 1, 2]
+    with pytest.raises(InputError, match=r"has label 2; labels must be integers in \[0, 2\)"):
+        load_classification_dataset(str(tmp_path / "d.jsonl"), num_labels=2)
+    with pytest.raises(InputError, match="3 label names"):
+        (tmp_path / "e.csv").write_text("text,label\na,x\nb,y\nc,z\n")
+        load_classification_dataset(str(tmp_path / "e.csv"), num_labels=2)
+    (tmp_path / "f.jsonl").write_text(json.dumps({"text": "no label"}) + "\n")
+    with pytest.raises(InputError, match="no column 'label' for seq-cls"):
+        load_classification_dataset(str(tmp_path / "f.jsonl"), num_labels=2)
+
+
+def test_classification_rows_are_padded_with_a_mask():
+    import datasets
+
+    from zero_planner.data import pad_ids, pad_token_id_for, tokenize_and_pad
+    from zero_planner.tokenizer import ByteTokenizer
+
+    assert pad_ids([5, 6, 7], 5, 0) == ([5, 6, 7, 0, 0], [1, 1, 1, 0, 0])
+    assert pad_ids([5, 6, 7], 2, 0) == ([5, 6], [1, 1])
+    tok = ByteTokenizer(512, eos_token_id=2)
+    assert pad_token_id_for(tok) == 2
+    rows = tokenize_and_pad(datasets.Dataset.from_dict({"text": ["ab", "", "x" * 40], "label": [1, 0, 2]}), tok, 8, 2)
+    assert rows["labels"] == [1, 2]  # the empty text has no last token to classify: dropped
+    assert rows["input_ids"][0] == [tok.offset + 97, tok.offset + 98] + [2] * 6
+    assert rows["attention_mask"] == [[1, 1] + [0] * 6, [1] * 8]
+
+
+def test_qlora_on_cpu_is_refused_in_one_line(plan_file, capsys, monkeypatch):
+    from zero_planner import train
+
+    monkeypatch.delenv("RANK", raising=False)
+    assert train.main(["--plan", str(plan_file(method="qlora"))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zero-run: error: QLoRA needs a CUDA GPU with bitsandbytes") and err.count("\n") == 1
 
 
 # --- real runs (slow) ---

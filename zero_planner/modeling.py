@@ -55,11 +55,13 @@ def build_model(
     task: str = "causal-lm",
     gradient_checkpointing: bool = False,
     weights_path: str | None = None,
+    num_labels: int | None = None,
 ):
     """Returns (model, attn_implementation): a randomly initialised (or loaded) model ready for deepspeed.
 
     The model is created in the training dtype directly on `device` for stages 0-2, and under
-    `deepspeed.zero.Init` for stage 3 so that no rank ever holds the whole model.
+    `deepspeed.zero.Init` for stage 3 so that no rank ever holds the whole model. `num_labels` sizes a
+    seq-cls head (None: the config's own).
     """
     import torch
 
@@ -67,6 +69,8 @@ def build_model(
     dtype = getattr(torch, TORCH_DTYPES[precision])
     zero_stage = (ds_config or {}).get("zero_optimization", {}).get("stage", 0)
     config = hf_config(config_dict)
+    if num_labels is not None:
+        config.num_labels = num_labels
     auto = _auto_class(task)
     # Resolve the model class before any zero.Init scope: importing a modeling module inside it breaks
     # DeepSpeed's tensor-constructor patching ("Signature mismatch ... tensor_pynew").
@@ -79,7 +83,10 @@ def build_model(
     if zero_stage == 3:
         import deepspeed
 
-        scope = deepspeed.zero.Init(config_dict_or_path=ds_config, dtype=dtype)
+        # dtype=None: the config's bf16/fp16 section decides, as it names the plan's precision. A dtype passed
+        # here is ignored on accelerators without fp16 (deepspeed 0.19 partition_parameters.py _set_dtype:
+        # `dtype or torch.float16 if fp16_supported else torch.bfloat16 ...`), so a CPU fp32 plan got bf16.
+        scope = deepspeed.zero.Init(config_dict_or_path=ds_config, dtype=None if ds_config else dtype)
     elif device is not None:
         scope = torch.device(device)
     else:
@@ -87,7 +94,8 @@ def build_model(
 
     with scope:
         if weights_path is not None:
-            model = auto.from_pretrained(weights_path, dtype=dtype, attn_implementation=attn)
+            extra = {"num_labels": num_labels} if num_labels is not None else {}
+            model = auto.from_pretrained(weights_path, dtype=dtype, attn_implementation=attn, **extra)
         else:
             model = auto.from_config(config, dtype=dtype, attn_implementation=attn)
     if zero_stage == 3 and weights_path is None:
@@ -115,3 +123,173 @@ def _init_partitioned_weights(model) -> None:
             continue
         with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
             model._init_weights(module)
+
+
+# --- LoRA and QLoRA (peft, bitsandbytes) ---
+
+PEFT_TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS"}
+QLORA_REQUIREMENT = "QLoRA needs a CUDA GPU with bitsandbytes installed (pip install bitsandbytes)"
+
+
+def apply_lora(model, *, r: int, alpha: int, dropout: float, target_modules, task: str, gradient_checkpointing: bool):
+    """Returns the peft PeftModel wrapping `model`: base weights frozen, adapters (and for seq-cls the
+    classification head, peft's modules_to_save) trainable.
+
+    Called before deepspeed.initialize, so only the trainable parameters reach DeepSpeed's optimizer.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    if gradient_checkpointing:
+        # With every base weight frozen the embeddings' output needs no gradient, and checkpointed blocks
+        # whose inputs need none would give the adapters none either (peft/HF Trainer do the same).
+        model.enable_input_require_grads()
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=target_modules,
+        task_type=PEFT_TASK_TYPES[task],
+    )
+    # autocast_adapter_dtype=False: adapters in the base's (training) dtype. peft's default upcasts them to
+    # fp32, which ZeRO-3 cannot mix with a 16-bit head in one partition (stage3.py defragment), and
+    # DeepSpeed keeps fp32 master weights of the trainable parameters anyway.
+    model = get_peft_model(model, config, autocast_adapter_dtype=False)
+    _detach_zero3_copies(model)
+    return model
+
+
+def _detach_zero3_copies(model) -> None:
+    """Gives peft's modules_to_save copies (the seq-cls head) parameters of their own under ZeRO-3.
+
+    peft deep-copies the head; a copy of a ZeRO-3 partitioned parameter keeps the original's ds_id and
+    partition bookkeeping, and deepspeed.initialize then fails (stage3.py defragment: mixed dtypes). Each
+    copied parameter is replaced by a plain one holding the gathered original values, which
+    deepspeed.initialize partitions like any parameter created outside zero.Init. Collective: every rank.
+    """
+    import torch
+    from peft.utils import ModulesToSaveWrapper
+
+    for wrapper in [m for m in model.modules() if isinstance(m, ModulesToSaveWrapper)]:
+        originals = dict(wrapper.original_module.named_parameters())
+        if not any(hasattr(p, "ds_id") for p in originals.values()):
+            continue
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(originals.values())):
+            full = {name: p.data.detach().clone() for name, p in originals.items()}
+        for copy in wrapper.modules_to_save.values():
+            for name, value in full.items():
+                owner_name, _, leaf = name.rpartition(".")
+                owner = copy.get_submodule(owner_name) if owner_name else copy
+                setattr(owner, leaf, torch.nn.Parameter(value, requires_grad=True))
+
+
+def qlora_unavailable_reason(on_cuda: bool) -> str | None:
+    """Returns why QLoRA cannot run in this process (no CUDA, no bitsandbytes), or None when it can."""
+    if not on_cuda:
+        return f"{QLORA_REQUIREMENT}; this run has no CUDA device"
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        return f"{QLORA_REQUIREMENT}; bitsandbytes is not importable"
+    return None
+
+
+def bnb_4bit_config(precision: str, zero_stage: int):
+    """Returns the transformers BitsAndBytesConfig for QLoRA: NF4 with double quantisation (QLoRA paper §2).
+
+    Compute in the plan's precision. Under ZeRO-3 the packed 4-bit weights are stored in that same dtype
+    (bnb_4bit_quant_storage), because DeepSpeed partitions and gathers floating-point tensors of one dtype;
+    below stage 3 they stay in uint8 (bitsandbytes' default).
+    """
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = getattr(torch, TORCH_DTYPES[precision])
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute,
+        bnb_4bit_quant_storage=compute if zero_stage == 3 else torch.uint8,
+    )
+
+
+def build_qlora_base(
+    config_dict: dict[str, Any],
+    *,
+    precision: str,
+    ds_config: dict[str, Any],
+    local_rank: int,
+    attn_implementation: str,
+    task: str = "causal-lm",
+    gradient_checkpointing: bool = False,
+    weights_path: str | None = None,
+    scratch_dir: str | None = None,
+):
+    """Returns the base model loaded in 4-bit NF4 and prepared for k-bit training (peft), on CUDA.
+
+    bitsandbytes quantises while from_pretrained loads, so a model given only as a config is first
+    initialised randomly in the compute dtype and written under `scratch_dir` by local rank 0 of each node
+    (the other ranks wait, then every rank loads the same weights; the folder is removed after). Under
+    ZeRO-3 an HfDeepSpeedConfig is kept alive while loading: transformers then loads the quantised model
+    whole on each GPU (it skips zero.Init for quantised models) and deepspeed.initialize partitions it.
+    Not run in CI (it needs a CUDA GPU with bitsandbytes).
+    """
+    import os
+    import shutil
+    import tempfile
+
+    import torch
+    from peft import prepare_model_for_kbit_training
+
+    zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    dtype = getattr(torch, TORCH_DTYPES[precision])
+    source = weights_path
+    if source is None:
+        import socket
+
+        import torch.distributed as dist
+
+        source = os.path.join(scratch_dir or tempfile.gettempdir(), f"qlora-random-base-{socket.gethostname()}")
+        if local_rank == 0:
+            model, _ = build_model(config_dict, precision=precision, device="cpu",
+                                   attn_implementation=attn_implementation, task=task)  # fmt: skip
+            model.save_pretrained(source)
+            del model
+        if dist.is_initialized():
+            dist.barrier()
+    hf_ds = None
+    if zero_stage == 3:
+        from transformers.integrations import HfDeepSpeedConfig
+
+        hf_ds = HfDeepSpeedConfig(ds_config)  # noqa: F841 - transformers holds a weak reference to it
+    model = _auto_class(task).from_pretrained(
+        source,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        quantization_config=bnb_4bit_config(precision, zero_stage),
+        device_map={"": local_rank},
+    )
+    model._zero_run_hf_ds = hf_ds
+    if task == "seq-cls" and model.config.pad_token_id is None:
+        model.config.pad_token_id = 0
+    if zero_stage == 3:
+        # prepare_model_for_kbit_training upcasts every non-quantised weight to fp32, which ZeRO-3 cannot
+        # partition beside the 16-bit quant storage; TRL skips it for this "sharded QLoRA" case too.
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    if gradient_checkpointing:
+        model.config.use_cache = False
+    if weights_path is None:
+        if dist.is_initialized():
+            dist.barrier()  # every rank on this node has loaded it
+        if local_rank == 0:
+            shutil.rmtree(source, ignore_errors=True)
+    return model

@@ -6,8 +6,15 @@ One optimizer step is the reference step of DESIGN.md: forward with labels=input
 engine.step (once per micro-batch; DeepSpeed steps the optimizer at the accumulation boundary). Peaks are
 measured from just after deepspeed.initialize (and the checkpoint load), as benchmarks/gpu_step.py does.
 
-Outputs under OUTPUT_DIR: checkpoints/step{N}/ (see checkpoint.py), final/ (a consolidated Hugging Face
-folder), run_report.json, and oom.json when a rank ran out of memory.
+Tasks: causal-lm (packed blocks, labels=input_ids) and seq-cls (one padded example per row with its
+attention mask, labels = the class). Methods: full; lora (peft adapters on the frozen base; only the
+adapters, and for seq-cls the classification head, reach DeepSpeed's optimizer); qlora (the same on a 4-bit
+NF4 base through bitsandbytes: CUDA only).
+
+Outputs under OUTPUT_DIR: checkpoints/step{N}/ (see checkpoint.py; LoRA checkpoints hold the trainable
+parameters only, the base is rebuilt from the plan on resume), final/ (a consolidated Hugging Face folder;
+for LoRA the merged model, written below ZeRO-3 only), final-adapter/ (LoRA/QLoRA: the peft adapter folder),
+run_report.json, and oom_rank{N}.json when a rank ran out of memory.
 
 Exit status: 0 done; 2 bad input; 3 out of memory; 128+signal when stopped by SIGINT/SIGTERM after saving.
 """
@@ -129,22 +136,23 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     from zero_planner.report import build_run_report, report_table
     from zero_planner.tokenizer import load_tokenizer
 
+    t = plan.training
+    if t.method == "qlora":
+        from zero_planner.modeling import qlora_unavailable_reason
+
+        why = qlora_unavailable_reason(_accelerator_is_cuda())
+        if why:
+            raise InputError(why)  # before the process group: every rank leaves at once
     stop = StopRequest()
     stop.install()
     ranks = Ranks()
     rank, world = ranks.rank, ranks.world_size
     console = _console(rank)
-    t = plan.training
     if world != plan.hardware.world_size:
         raise InputError(
             f"the plan is for {plan.hardware.world_size} ranks "
             f"(nodes({plan.hardware.nodes}) * gpus_per_node({plan.hardware.gpus_per_node})) "
             f"but {world} were launched"
-        )
-    if t.task != "causal-lm" or t.method != "full":
-        raise InputError(
-            f"zero-run trains task causal-lm with method full; this plan has task {t.task!r}, method "
-            f"{t.method!r} (use zero-run --script with your own training script)"
         )
     output_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = output_dir / ckpt.CHECKPOINTS_DIR
@@ -159,22 +167,28 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
 
         datasets.disable_progress_bars()  # one progress bar (rank 0's) is enough
         ranks.barrier()
+    pad_token_id = zdata.pad_token_id_for(tokenizer) if t.task == "seq-cls" else None
     try:
-        blocks = zdata.tokenize_and_pack(zdata.load_text_dataset(t.dataset, t.text_field, seed=t.seed), tokenizer, seq_len)
+        if t.task == "seq-cls":
+            rows = zdata.load_classification_dataset(t.dataset, t.text_field, num_labels=t.num_labels, seed=t.seed)
+            blocks = zdata.tokenize_and_pad(rows, tokenizer, seq_len, pad_token_id)
+        else:
+            rows = zdata.load_text_dataset(t.dataset, t.text_field, seed=t.seed)
+            blocks = zdata.tokenize_and_pack(rows, tokenizer, seq_len)
     finally:
         if rank == 0:
             ranks.barrier()
     order = zdata.BlockOrder(len(blocks), world, rank, micro, t.seed)
 
     torch.manual_seed(t.seed)
-    model, attn = _build_model(plan, ds_config, ranks)
-    engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
-    )
+    model, attn = _build_model(plan, ds_config, ranks, pad_token_id=pad_token_id, scratch_dir=output_dir)
+    peft = t.method in ("lora", "qlora")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config)
 
     start_step, losses = 0, []
     if resume:
-        start_step, losses = _resume(engine, ckpt_dir, ranks, console, world)
+        start_step, losses = _resume(engine, ckpt_dir, ranks, console, world, peft=peft)
     if ranks.on_cuda:
         torch.cuda.synchronize()
         # The contract measures peaks after deepspeed.initialize: drop init-time transients first.
@@ -183,8 +197,9 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
 
     console.print(
         f"zero-run: {plan.model.name} ({plan.model.init} init, {attn}) stage {plan.strategy.name or stage} on "
-        f"{world} ranks; micro-batch {micro} x accum {accum} x seq {seq_len}; data {t.dataset} "
-        f"({len(blocks)} blocks, tokenizer {tokenizer.name}); steps {start_step}->{max_steps}"
+        f"{world} ranks; {_method_text(plan, trainable)}; micro-batch {micro} x accum {accum} x seq {seq_len}; "
+        f"data {t.dataset} ({len(blocks)} {'examples' if t.task == 'seq-cls' else 'blocks'}, tokenizer "
+        f"{tokenizer.name}); steps {start_step}->{max_steps}"
     )
     tokens_per_step = world * micro * accum * seq_len
     step = start_step
@@ -201,10 +216,9 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 started = time.perf_counter()
                 step_loss = 0.0
                 for m in range(accum):
-                    idx = order.micro_batch(step * accum + m)
-                    ids = torch.tensor(blocks[idx]["input_ids"], dtype=torch.long, device=engine.device)
+                    batch = _batch(blocks[order.micro_batch(step * accum + m)], t.task, engine.device)
                     phase = "forward"
-                    loss = engine(input_ids=ids, labels=ids).loss
+                    loss = engine(**batch).loss
                     phase = "backward"
                     engine.backward(loss)
                     phase = "step"
@@ -224,7 +238,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                     console.print(f"step {step}/{max_steps}  {info}")
                 stopping = ranks.any(stop.signum)
                 if step % t.save_every == 0 or step == max_steps or stopping:
-                    _save(engine, ckpt_dir, step, losses, ranks, world, plan)
+                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft)
                     console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
                 if stopping:
                     break
@@ -237,7 +251,14 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
 
     interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
     if not interrupted and step > start_step:
-        _export(engine, output_dir / "final", ranks, tokenizer, stage)
+        if peft:
+            _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
+            if stage < 3 and t.method == "lora":
+                # The merged model is free below stage 3: every rank holds the whole base already. Under
+                # ZeRO-3 it would gather the full model on rank 0; QLoRA's 4-bit base cannot merge losslessly.
+                _export_merged(engine, output_dir / "final", ranks, tokenizer)
+        else:
+            _export(engine, output_dir / "final", ranks, tokenizer, stage)
     stats = _rank_stats(rank, ranks.on_cuda)
     all_stats = ranks.gather(stats)
     if rank == 0:
@@ -271,32 +292,104 @@ def record_oom(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int
     return record
 
 
-def _build_model(plan: Plan, ds_config: dict[str, Any], ranks: Ranks):
-    """Returns (model, attn): from_pretrained where the plan's weights exist, random init otherwise."""
-    from zero_planner.modeling import attn_implementation_for, build_model
+def lora_settings(plan: Plan):
+    """Returns the plan's LoraInfo, defaulting it for method lora/qlora when the plan has none."""
+    from zero_planner.plan import LoraInfo
+
+    t = plan.training
+    if t.lora is not None:
+        return t.lora
+    return LoraInfo(quantization="nf4" if t.method == "qlora" else "none")
+
+
+def _build_model(plan: Plan, ds_config: dict[str, Any], ranks: Ranks, *, pad_token_id: int | None = None,
+                 scratch_dir: Path | None = None):  # fmt: skip
+    """Returns (model, attn): from_pretrained where the plan's weights exist, random init otherwise; wrapped
+    in peft adapters for lora/qlora, with the seq-cls head sized to num_labels and padding set."""
+    import torch
+
+    from zero_planner.modeling import apply_lora, attn_implementation_for, build_model
 
     t = plan.training
     weights = plan.model.weights_path if has_weights(plan.model.weights_path) else None
     if plan.model.init == "pretrained" and weights is None:
         raise InputError(f"the plan says pretrained weights but {plan.model.weights_path!r} holds no weight files")
     stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    config = dict(plan.model.config)
+    if t.task == "seq-cls":
+        config["num_labels"] = t.num_labels
     # Always ask on the meta device, even when the plan records attn: it also imports the architecture's
     # modules, which must not happen first inside deepspeed.zero.Init (its patched tensor constructors
     # break transformers' lazy module import: "Signature mismatch ... tensor_pynew").
-    probed = attn_implementation_for(plan.model.config, t.task)
+    probed = attn_implementation_for(config, t.task)
     attn = t.attn_implementation or probed
-    if weights is not None and stage == 3:
-        return _pretrained_zero3(weights, ds_config, plan, attn), attn
-    return build_model(
-        plan.model.config,
-        precision=t.precision,
-        ds_config=ds_config,
-        device=str(ranks.device),
-        attn_implementation=attn,
-        task=t.task,
-        gradient_checkpointing=t.gradient_checkpointing,
-        weights_path=weights,
-    )
+    if t.method == "qlora":
+        from zero_planner.modeling import build_qlora_base
+
+        model = build_qlora_base(
+            config,
+            precision=t.precision,
+            ds_config=ds_config,
+            local_rank=ranks.local_rank,
+            attn_implementation=attn,
+            task=t.task,
+            gradient_checkpointing=t.gradient_checkpointing,
+            weights_path=weights,
+            scratch_dir=str(scratch_dir) if scratch_dir is not None else None,
+        )
+    elif weights is not None and stage == 3:
+        model = _pretrained_zero3(weights, ds_config, plan, attn)
+    else:
+        model, attn = build_model(
+            config,
+            precision=t.precision,
+            ds_config=ds_config,
+            device=str(ranks.device),
+            attn_implementation=attn,
+            task=t.task,
+            gradient_checkpointing=t.gradient_checkpointing,
+            weights_path=weights,
+            num_labels=t.num_labels if t.task == "seq-cls" else None,
+        )
+    if pad_token_id is not None:
+        model.config.pad_token_id = pad_token_id  # the seq-cls head pools the last token that is not padding
+    if t.method in ("lora", "qlora"):
+        lora = lora_settings(plan)
+        # Same adapter init on every rank, whatever the base's init consumed from the generator.
+        torch.manual_seed(t.seed)
+        model = apply_lora(
+            model,
+            r=lora.r,
+            alpha=lora.alpha,
+            dropout=lora.dropout,
+            target_modules=lora.target_modules,
+            task=t.task,
+            gradient_checkpointing=t.gradient_checkpointing,
+        )
+    return model, attn
+
+
+def _method_text(plan: Plan, trainable) -> str:
+    t = plan.training
+    n = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in trainable)
+    if t.method == "full":
+        return f"full fine-tuning ({n:,} trainable)"
+    lora = lora_settings(plan)
+    base = "4-bit NF4 base" if t.method == "qlora" else "frozen base"
+    return f"{t.method} r={lora.r} alpha={lora.alpha} on {lora.target_modules} ({n:,} trainable, {base})"
+
+
+def _batch(rows: dict[str, list], task: str, device) -> dict[str, Any]:
+    """Returns the model's keyword arguments for one micro-batch: labels=input_ids (causal-lm) or the
+    attention mask and class labels (seq-cls)."""
+    import torch
+
+    ids = torch.tensor(rows["input_ids"], dtype=torch.long, device=device)
+    if task == "seq-cls":
+        mask = torch.tensor(rows["attention_mask"], dtype=torch.long, device=device)
+        labels = torch.tensor(rows["labels"], dtype=torch.long, device=device)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    return {"input_ids": ids, "labels": ids}
 
 
 def _pretrained_zero3(weights: str, ds_config: dict[str, Any], plan: Plan, attn: str):
@@ -304,14 +397,19 @@ def _pretrained_zero3(weights: str, ds_config: dict[str, Any], plan: Plan, attn:
     deepspeed.zero.Init itself and loads each shard into the partitions while an HfDeepSpeedConfig is alive
     (wrapping it in zero.Init from outside would load weights into already-partitioned parameters)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from transformers.integrations import HfDeepSpeedConfig
 
     from zero_planner.modeling import TORCH_DTYPES
 
     hf_ds = HfDeepSpeedConfig(ds_config)  # noqa: F841 - transformers holds a weak reference to it
     dtype = getattr(torch, TORCH_DTYPES[plan.training.precision])
-    model = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype, attn_implementation=attn)
+    if plan.training.task == "seq-cls":
+        model = AutoModelForSequenceClassification.from_pretrained(
+            weights, dtype=dtype, attn_implementation=attn, num_labels=plan.training.num_labels
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=dtype, attn_implementation=attn)
     if plan.training.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -319,8 +417,14 @@ def _pretrained_zero3(weights: str, ds_config: dict[str, Any], plan: Plan, attn:
     return model
 
 
-def _resume(engine, ckpt_dir: Path, ranks: Ranks, console, world: int) -> tuple[int, list[float]]:
-    """Loads the newest checkpoint every rank can read; returns (step, losses so far)."""
+def _resume(
+    engine, ckpt_dir: Path, ranks: Ranks, console, world: int, *, peft: bool = False
+) -> tuple[int, list[float]]:
+    """Loads the newest checkpoint every rank can read; returns (step, losses so far).
+
+    LoRA checkpoints hold only the trainable parameters (the frozen base comes from the plan), so their
+    module state is loaded non-strictly.
+    """
     usable = ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
     for step, path in usable:
         state = ckpt.read_state(path)
@@ -330,7 +434,7 @@ def _resume(engine, ckpt_dir: Path, ranks: Ranks, console, world: int) -> tuple[
                 f"(resume with the plan it was trained with)"
             )
         try:
-            load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=path.name)
+            load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=path.name, load_module_strict=not peft)
             ok = load_path is not None
         except Exception as error:  # a damaged file surfaces as any of torch's load errors
             print(f"zero-run: rank {ranks.rank} could not load {path}: {error}", file=sys.stderr, flush=True)
@@ -343,13 +447,18 @@ def _resume(engine, ckpt_dir: Path, ranks: Ranks, console, world: int) -> tuple[
     return 0, []
 
 
-def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan) -> None:
-    """Saves a DeepSpeed checkpoint, then (all ranks done) rank 0 marks it complete and prunes old ones."""
+def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan, *,
+          peft: bool = False) -> None:  # fmt: skip
+    """Saves a DeepSpeed checkpoint, then (all ranks done) rank 0 marks it complete and prunes old ones.
+
+    With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
+    seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
+    """
     tag_dir = ckpt_dir / ckpt.tag_for(step)
     if ranks.rank == 0:
         ckpt.clear_marker(tag_dir)
     ranks.barrier()
-    engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name)
+    engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name, exclude_frozen_parameters=peft)
     ranks.barrier()
     if ranks.rank == 0:
         state = {"step": step, "losses": losses, "world_size": world, "seed": plan.training.seed, "time": time.time()}
@@ -360,35 +469,76 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
 
 def _export(engine, final_dir: Path, ranks: Ranks, tokenizer, stage: int) -> None:
     """Writes a consolidated Hugging Face folder: model.safetensors (gathered for ZeRO-3) and config.json."""
-    from safetensors.torch import save_file
-
     state = engine._zero3_consolidated_16bit_state_dict() if stage == 3 else engine.module.state_dict()
     if ranks.rank == 0:
-        final_dir.mkdir(parents=True, exist_ok=True)
-        module = engine.module
-        seen: set[int] = set()
-        tensors = {}
-        for key, value in state.items():
-            if module.config.tie_word_embeddings and key == "lm_head.weight":
-                continue  # from_pretrained ties it back to the input embedding
-            ptr = value.data_ptr()
-            if value.numel() and ptr in seen:
-                continue  # safetensors refuses shared storage; tied copies are restored on load
-            seen.add(ptr)
-            tensors[key] = value.detach().to("cpu").contiguous()
-        save_file(tensors, str(final_dir / "model.safetensors"), metadata={"format": "pt"})
-        module.config.save_pretrained(str(final_dir))
-        if getattr(module, "generation_config", None) is not None:
-            module.generation_config.save_pretrained(str(final_dir))
-        if hasattr(tokenizer, "save_pretrained"):
-            tokenizer.save_pretrained(final_dir)
-        else:
-            (final_dir / "zero_run_tokenizer.json").write_text(
-                json.dumps({"type": "byte-level", "offset": tokenizer.offset, "vocab_size": tokenizer.vocab_size,
-                            "eos_token_id": tokenizer.eos_token_id}, indent=2) + "\n"  # fmt: skip
-            )
-        print(f"zero-run: final model in {final_dir}", flush=True)
+        _write_hf_folder(engine.module, state, final_dir, tokenizer)
     ranks.barrier()
+
+
+def _export_adapter(engine, adapter_dir: Path, ranks: Ranks, plan: Plan, tokenizer) -> None:
+    """Writes the peft adapter folder (adapter_config.json, adapter_model.safetensors) from rank 0.
+
+    Only the trainable parameters are gathered under ZeRO-3 (every rank takes part; rank 0 writes), never the
+    base. base_model_name_or_path names the weights folder, or stays empty for a randomly initialised base
+    (rebuild it from the plan's config and seed).
+    """
+    import contextlib
+
+    import deepspeed
+
+    module = engine.module
+    trainable = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    zero3 = any(hasattr(p, "ds_id") for _, p in trainable)
+    scope = deepspeed.zero.GatheredParameters([p for _, p in trainable]) if zero3 else contextlib.nullcontext()
+    with scope:
+        state = {name: p.detach().to("cpu").clone() for name, p in trainable} if ranks.rank == 0 else None
+    if ranks.rank == 0:
+        weights = plan.model.weights_path if has_weights(plan.model.weights_path) else None
+        for config in module.peft_config.values():
+            config.base_model_name_or_path = weights
+        module.save_pretrained(str(adapter_dir), state_dict=state)
+        if hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(adapter_dir)  # so the adapter folder alone serves with its base
+        print(f"zero-run: adapter in {adapter_dir}", flush=True)
+    ranks.barrier()
+
+
+def _export_merged(engine, final_dir: Path, ranks: Ranks, tokenizer) -> None:
+    """Writes the base with the adapters merged in (stages 0-2 only) as a plain Hugging Face folder."""
+    if ranks.rank == 0:
+        # merge_and_unload works in place on the engine's module: nothing trains after this point.
+        merged = engine.module.merge_and_unload()
+        _write_hf_folder(merged, merged.state_dict(), final_dir, tokenizer)
+    ranks.barrier()
+
+
+def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
+    """Writes model.safetensors, config.json, generation config and tokenizer of `module` to `final_dir`."""
+    from safetensors.torch import save_file
+
+    final_dir.mkdir(parents=True, exist_ok=True)
+    seen: set[int] = set()
+    tensors = {}
+    for key, value in state.items():
+        if module.config.tie_word_embeddings and key == "lm_head.weight":
+            continue  # from_pretrained ties it back to the input embedding
+        ptr = value.data_ptr()
+        if value.numel() and ptr in seen:
+            continue  # safetensors refuses shared storage; tied copies are restored on load
+        seen.add(ptr)
+        tensors[key] = value.detach().to("cpu").contiguous()
+    save_file(tensors, str(final_dir / "model.safetensors"), metadata={"format": "pt"})
+    module.config.save_pretrained(str(final_dir))
+    if getattr(module, "generation_config", None) is not None:
+        module.generation_config.save_pretrained(str(final_dir))
+    if hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(final_dir)
+    else:
+        (final_dir / "zero_run_tokenizer.json").write_text(
+            json.dumps({"type": "byte-level", "offset": tokenizer.offset, "vocab_size": tokenizer.vocab_size,
+                        "eos_token_id": tokenizer.eos_token_id}, indent=2) + "\n"  # fmt: skip
+        )
+    print(f"zero-run: final model in {final_dir}", flush=True)
 
 
 def _rank_stats(rank: int, on_cuda: bool) -> dict[str, Any]:
@@ -412,6 +562,12 @@ def _mem_text(on_cuda: bool) -> str:
 
         return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
     return f"rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def _accelerator_is_cuda() -> bool:
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name() == "cuda"
 
 
 def _device_name(on_cuda: bool) -> str:

@@ -1,0 +1,140 @@
+"""Hand-off files: HF Trainer's TrainingArguments and launch line, Accelerate's config YAML."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from conftest import make_plan
+from zero_planner import export
+
+
+@pytest.mark.parametrize(
+    "strategy, precision, checkpointing",
+    [("2", "bf16", True), ("3", "fp16", False), ("2-offload", "fp32", False)],
+)
+def test_hf_trainer_args_match_the_plan(strategy, precision, checkpointing):
+    plan = make_plan(strategy, precision=precision, micro_batch_size=2, gradient_accumulation_steps=4,
+                     gradient_checkpointing=checkpointing, learning_rate=1e-4)  # fmt: skip
+    args = export.hf_trainer_args(plan, "x/ds.json")
+    assert args["per_device_train_batch_size"] == 2 and args["gradient_accumulation_steps"] == 4
+    assert (args["bf16"], args["fp16"]) == (precision == "bf16", precision == "fp16")
+    assert args["gradient_checkpointing"] is checkpointing
+    assert ("gradient_checkpointing_kwargs" in args) is checkpointing
+    assert args["deepspeed"] == "x/ds.json"
+    assert args["learning_rate"] == 1e-4 and args["max_steps"] == plan.training.max_steps
+    assert args["max_grad_norm"] == plan.deepspeed_config["gradient_clipping"]
+    assert args["output_dir"] == plan.training.output_dir
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_training_arguments_accept_the_written_kwargs(tmp_path, checkpointing, monkeypatch):
+    """transformers builds TrainingArguments from the file and its DeepSpeed integration finds no mismatch."""
+    from transformers import TrainingArguments
+
+    # One rank: HF computes train_batch_size from its own world size and checks it against the JSON.
+    plan = make_plan("2", gpus_per_node=1, precision="fp32", micro_batch_size=2, gradient_accumulation_steps=3,
+                     gradient_checkpointing=checkpointing, output_dir=str(tmp_path / "run"))  # fmt: skip
+    paths = export.write_hf_trainer(plan, tmp_path / "hf")
+    names = sorted(p.name for p in paths)
+    assert names == ["ds_config.json", "launch.sh", "training_args.json"]
+    kwargs = json.loads((tmp_path / "hf" / "training_args.json").read_text())
+    assert json.loads((tmp_path / "hf" / "ds_config.json").read_text()) == plan.deepspeed_config
+    args = TrainingArguments(**kwargs, use_cpu=True)
+    assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 3
+    assert args.gradient_checkpointing is checkpointing and args.deepspeed == str(tmp_path / "hf" / "ds_config.json")
+    # The integration's own consistency check: raises ValueError listing every mismatch.
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    hf_ds = HfTrainerDeepSpeedConfig(json.loads((tmp_path / "hf" / "ds_config.json").read_text()))
+    hf_ds.trainer_config_process(args)
+    assert not hf_ds.mismatches
+
+
+def test_launch_line_names_the_json_and_every_argument(tmp_path):
+    plan = make_plan("3", precision="bf16", micro_batch_size=4, gradient_accumulation_steps=2,
+                     gradient_checkpointing=True)  # fmt: skip
+    export.write_hf_trainer(plan, tmp_path)
+    line = (tmp_path / "launch.sh").read_text().splitlines()[-1]
+    argv = shlex.split(line)
+    assert argv[:2] == ["DS_ACCELERATOR=cpu", "deepspeed"]  # a cpu plan: tests and demos
+    assert argv[argv.index("--num_gpus") + 1] == "2"
+    script = argv.index("your_train.py")
+    assert argv[script + 1 : script + 3] == ["--deepspeed", str(tmp_path / "ds_config.json")]
+    flags = dict(zip(argv[script + 3 :: 2], argv[script + 4 :: 2]))
+    assert flags["--per_device_train_batch_size"] == "4" and flags["--gradient_accumulation_steps"] == "2"
+    assert flags["--bf16"] == "True"
+    assert json.loads(flags["--gradient_checkpointing_kwargs"]) == {"use_reentrant": False}
+
+
+def test_launch_line_parses_with_hf_argument_parser(tmp_path):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    plan = make_plan("2", gpus_per_node=1, precision="fp32", gradient_checkpointing=True, output_dir=str(tmp_path))
+    argv = export.hf_trainer_launch(plan, str(tmp_path / "ds.json"))
+    export.write_hf_trainer(plan, tmp_path)  # the JSON must exist for TrainingArguments
+    argv[argv.index("--deepspeed") + 1] = str(tmp_path / "ds_config.json")
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        argv[argv.index("your_train.py") + 1 :] + ["--use_cpu", "True"]
+    )
+    assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert args.learning_rate == plan.training.learning_rate
+
+
+def test_lora_plans_also_write_the_peft_config(tmp_path):
+    plan = make_plan("2", method="lora", task="seq-cls", lora={"r": 8, "alpha": 16, "target_modules": ["q_proj"]})
+    paths = export.write_hf_trainer(plan, tmp_path)
+    assert (tmp_path / "lora_config.json") in paths
+    lora = json.loads((tmp_path / "lora_config.json").read_text())
+    assert lora == {"r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "target_modules": ["q_proj"],
+                    "task_type": "SEQ_CLS"}  # fmt: skip
+    from peft import LoraConfig
+
+    assert LoraConfig(**lora).r == 8
+
+
+@pytest.mark.parametrize(
+    "strategy, precision, mixed", [("2", "bf16", "bf16"), ("3", "fp16", "fp16"), ("1", "fp32", "no")]
+)
+def test_accelerate_yaml_parses_and_names_the_json(tmp_path, strategy, precision, mixed):
+    import yaml
+
+    plan = make_plan(strategy, precision=precision, gpus_per_node=4)
+    paths = export.write_accelerate(plan, tmp_path)
+    assert sorted(p.name for p in paths) == ["accelerate_config.yaml", "ds_config.json"]
+    config = yaml.safe_load((tmp_path / "accelerate_config.yaml").read_text())
+    assert config["distributed_type"] == "DEEPSPEED"
+    assert config["num_processes"] == 4 and config["num_machines"] == 1 and config["mixed_precision"] == mixed
+    ds_path = config["deepspeed_config"]["deepspeed_config_file"]
+    assert json.loads(open(ds_path).read()) == plan.deepspeed_config
+    assert config["deepspeed_config"]["zero3_init_flag"] is (strategy == "3")
+
+
+def test_accelerate_reads_the_yaml(tmp_path):
+    """Accelerate's own loader accepts the file (its dataclass rejects unknown or missing keys)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    plan = make_plan("2", precision="bf16", nodes=2, gpus_per_node=8)
+    export.write_accelerate(plan, tmp_path)
+    config = load_config_from_file(str(tmp_path / "accelerate_config.yaml"))
+    assert config.distributed_type == "DEEPSPEED" and config.num_processes == 16 and config.num_machines == 2
+    assert config.deepspeed_config["deepspeed_config_file"] == str(tmp_path / "ds_config.json")
+
+
+def test_yaml_fallback_matches_pyyaml():
+    import yaml
+
+    config = export.accelerate_config(make_plan("3", precision="fp16", nodes=2, gpus_per_node=2), "a b/ds.json")
+    assert yaml.safe_load("".join(export._yaml_lines(config, 0))) == config == yaml.safe_load(export.to_yaml(config))
+
+
+def test_export_stays_light():
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "accelerate")
+    code = f"import sys, zero_planner.export; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
