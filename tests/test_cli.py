@@ -244,3 +244,19 @@ def test_real_ds_config_estimate(real_memory, capsys):
     )
     assert rc in (0, 1)
     assert ("headroom" if rc == 0 else "short by") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind,files", [
+    ("hf-trainer", {"ds_config.json", "training_args.json", "launch.sh"}),
+    ("accelerate", {"ds_config.json", "accelerate_config.yaml"}),
+])  # fmt: skip
+def test_export_writes_hand_off_files_beside_the_plan(real_memory, tmp_path, capsys, kind, files):
+    plan_path = tmp_path / "plan.json"
+    rc = main(["--model", "Qwen/Qwen2.5-0.5B", "--gpus", "1xA100-80GB", "--seq-len", "1024",
+               "-o", str(plan_path), "--export", kind])  # fmt: skip
+    assert rc == 0
+    written = {p.name for p in (tmp_path / f"plan.{kind}").iterdir()}
+    assert files <= written
+    exported = json.loads((tmp_path / f"plan.{kind}" / "ds_config.json").read_text())
+    assert exported == json.loads((tmp_path / "plan.ds_config.json").read_text())
+    assert f"{kind}: wrote" in capsys.readouterr().out

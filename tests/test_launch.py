@@ -176,3 +176,11 @@ def test_split_argv():
         ["p.json", "--script", "t.py"],
         ["--x", "--", "y"],
     )
+
+
+def test_preflight_refuses_qlora_on_cpu_before_any_rank_starts(tmp_path):
+    plan = make_plan("2")
+    plan.training.method = "qlora"
+    machine = Machine(gpus=None, host_available_bytes=64 * GIB, disk_free_bytes=100 * GIB)
+    problems = preflight(plan, machine, output_dir=str(tmp_path))
+    assert any("QLoRA needs a CUDA GPU" in p for p in problems)

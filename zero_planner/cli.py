@@ -29,6 +29,7 @@ GIB = 2**30
 STAGE_CHOICES = ("auto", "0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all")
 PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
 METHOD_CHOICES = ("full", "lora", "qlora", "auto")
+EXPORT_CHOICES = ("hf-trainer", "accelerate")
 TASK_CHOICES = ("causal-lm", "seq-cls")
 STAGE_WORDS = {
     0: "nothing sharded (plain data parallel)",
@@ -173,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print the plan file's JSON on stdout and nothing else")
     parser.add_argument(
+        "--export",
+        type=_choice(EXPORT_CHOICES),
+        default=None,
+        metavar="{" + ",".join(EXPORT_CHOICES) + "}",
+        help="also write hand-off files beside the plan: HF TrainingArguments + DeepSpeed JSON + launch line, "
+        "or an Accelerate config YAML with the DeepSpeed plugin",
+    )
+    parser.add_argument(
         "--validate",
         action="store_true",
         help="also check the DeepSpeed JSON with DeepSpeed's own config parser (imports deepspeed)",
@@ -280,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
     if fits and args.validate:
         _validate(result_plan, given=ds_config is not None, quiet=args.json)
     written = _write(result_plan, args.output) if fits and args.output else None
+    exported = _export(result_plan, args.export, args.output) if fits and args.export else []
 
     if args.json:
         if fits:
@@ -296,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
         _print_plan_result(console, result, spec_name=args.model)
     if fits:
         _print_next_steps(console, result_plan, written, args.output)
+        for path in exported:
+            console.print(f"{args.export}: wrote {path}")
     elif args.output:
         console.print(f"No plan written to {args.output}: nothing fits.")
     return EXIT_FITS if fits else EXIT_NOTHING_FITS
@@ -329,6 +341,27 @@ def _write(plan: Plan, output: str) -> tuple[Path, Path]:
     except OSError as error:
         raise InputError(f"-o {output!r}: cannot write ({error.strerror or error})") from None
     return path, ds_path
+
+
+def export_dir(output: str | None, kind: str) -> Path:
+    """Returns where --export writes: beside the plan (plan.json -> plan.hf-trainer/), else ./zero-plan.KIND/."""
+    if output:
+        path = Path(output)
+        return path.with_name(f"{path.stem}.{kind}")
+    return Path(f"zero-plan.{kind}")
+
+
+def _export(plan: Plan, kind: str, output: str | None) -> list[Path]:
+    """Writes the hand-off files of `kind` for `plan`; returns their paths."""
+    from zero_planner import export
+
+    target = export_dir(output, kind)
+    try:
+        if kind == "hf-trainer":
+            return export.write_hf_trainer(plan, target)
+        return export.write_accelerate(plan, target)
+    except OSError as error:
+        raise InputError(f"--export {kind}: cannot write {str(target)!r} ({error.strerror or error})") from None
 
 
 def _no_plan_json(result, estimate) -> dict:

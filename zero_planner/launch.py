@@ -175,6 +175,9 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
     """Returns one line per reason this machine cannot run the plan (empty when it can)."""
     gib = 2**30
     hw, problems = plan.hardware, []
+    if plan.training.method == "qlora" and hw.gpu == "cpu":
+        # Refused here, before any rank starts (modeling.QLORA_REQUIREMENT says the same inside a rank).
+        problems.append("QLoRA needs a CUDA GPU with bitsandbytes; this plan is for CPU processes (use --method lora)")
     if hw.gpu != "cpu" and machine.gpus is not None:
         if len(machine.gpus) < hw.gpus_per_node:
             problems.append(
