@@ -144,3 +144,27 @@ def plan_file(tmp_path):
         return path
 
     return write
+
+
+HEAVY_MODULES = ("torch", "deepspeed", "transformers", "datasets", "huggingface_hub", "accelerate")
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """Returns which heavy libraries a fresh Python process has imported after running `code`.
+
+    The planner's import path must stay light (DESIGN.md: zero-plan starts fast); every module that promises
+    so is checked through this one helper. `code` may raise: the answer is printed in a finally block.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = (
+        "import sys\n"
+        "try:\n" + "".join(f"    {line}\n" for line in code.splitlines()) +
+        f"finally:\n    print('HEAVY', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+    )  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout  # fmt: skip
+    line = next(line for line in out.splitlines() if line.startswith("HEAVY "))
+    return eval(line[len("HEAVY "):])  # a list literal printed by the child above

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, heavy_modules_after
 from test_planner import FakeMemory, require_real_memory
 
 from zero_planner import planner
@@ -147,7 +147,7 @@ def _bad_ds_configs(tmp_path):
         ([*LLAMA, "--gpus", "2xT4", "--precision", "fp8"], "auto, bf16, fp16, fp32"),
         ([*LLAMA, "--gpus", "2xT4", "--precision", "bf16"], "T4 has no bf16"),
         ([*LLAMA, "--gpus", "cpu:2", "--method", "qlora"], "needs CUDA GPUs"),
-        ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-r", "0"], "not a positive integer"),
+        ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-r", "0"], "must be a positive integer"),
         ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-dropout", "1.5"], "probability"),
         ([*LLAMA, "--gpus", "2xT4", "--method", "dora"], "full, lora, qlora"),
         ([*LLAMA, "--gpus", "2xT4", "--task", "chat"], "causal-lm, seq-cls"),
@@ -178,23 +178,12 @@ def test_bad_input_is_one_line_and_exit_2(fake, tmp_path, monkeypatch, capsys, a
 
 
 def test_import_does_not_load_heavy_libraries():
-    code = (
-        "import sys, zero_planner.cli, zero_planner.planner, zero_planner.throughput; "
-        "print([m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert heavy_modules_after("import zero_planner.cli, zero_planner.planner, zero_planner.throughput") == []
 
 
 def test_catalog_plan_does_not_load_heavy_libraries():
     # The whole default path, not only the import: catalog model, planning, rich output.
-    code = (
-        "import sys; from zero_planner.cli import main\n"
-        "try: main(['--model', 'gpt2', '--gpus', '2xT4'])\n"
-        "finally: print('HEAVY', [m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
-    assert "HEAVY []" in out
+    assert heavy_modules_after("from zero_planner.cli import main\nmain(['--model', 'gpt2', '--gpus', '2xT4'])") == []
 
 
 # --- with the real memory model ------------------------------------------------------------------------------

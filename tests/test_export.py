@@ -131,10 +131,6 @@ def test_yaml_fallback_matches_pyyaml():
 
 
 def test_export_stays_light():
-    import subprocess
-    import sys
+    from conftest import heavy_modules_after
 
-    heavy = ("torch", "transformers", "accelerate")
-    code = f"import sys, zero_planner.export; print(sorted(m for m in {heavy!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert heavy_modules_after("import zero_planner.export") == []

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import GIB, make_plan
+from conftest import GIB, heavy_modules_after, make_plan
 from zero_planner import launch
 from zero_planner.launch import Machine, build_launch, launch_command, main, parse_hostfile, preflight
 
@@ -34,12 +32,7 @@ def gpu_plan(**kw):
 
 
 def test_import_does_not_load_torch():
-    code = (
-        "import sys, zero_planner.launch; "
-        "print([m for m in ('torch', 'deepspeed', 'transformers', 'datasets') if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert heavy_modules_after("import zero_planner.launch") == []
 
 
 def test_single_node_argv():
