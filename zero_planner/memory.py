@@ -271,7 +271,7 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Returns the predicted memory of the busiest rank for `workload` under `strategy`, in bytes.
 
-    peak_allocated is the largest of four phase peaks (steady state, after the first optimizer step):
+    peak_allocated is the largest of three phase peaks (steady state, after the first optimizer step):
       forward  = resident + workspaces + forward activations (+ gathered stage-3 parameters)
       backward = resident + workspaces + backward activations (+ gathered parameters, gradient buffers)
       step     = resident + workspaces + the optimizer step's transient copies
@@ -302,6 +302,9 @@ def estimate_memory(
     gathered = 0
     persistent = 0
     bwd_extra = 0
+    # Stages 1/2 on the GPU: the lm_head gradient is the first one produced, so the contiguous gradient
+    # partition (2P/n) is allocated while every activation is still alive.
+    partition_at_activation_peak = False
     if stage == 0:
         params = W
         # FP16_Optimizer (bf16 too, at stage 0: engine._do_optimizer_sanity_check -> DDP_BFLOAT16) creates
@@ -322,10 +325,7 @@ def estimate_memory(
         # stage_1_and_2.py step(): the 16-bit grad partition, its flattened copy and the fp32 copy handed
         # to Adam: (2 + 2 + 4) P / n, in fp32 runs (4 + 4) P / n.
         step_transient = (w + w + (4 if mixed else 0)) * P // n
-        if untied_head:
-            # The lm_head gradient is the first one produced, so the contiguous partition buffer (2P/n)
-            # is allocated while all activations are still alive.
-            bwd_extra = -1  # marker: use max(backward activations, saved + gradient partition)
+        partition_at_activation_peak = bool(untied_head)
         grads_between_micro_steps = gradients if accum else 0
     elif stage in (1, 2):  # optimizer offloaded to the CPU
         params = W
@@ -367,11 +367,9 @@ def estimate_memory(
     # Gradient storage that stays allocated across steps: stage 3's partition, the offload staging buffer.
     resident_grads = gradients if (stage == 3 and not off_opt) or (stage in (1, 2) and off_opt) else 0
     fwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + act.forward_peak_bytes
-    if bwd_extra == -1:
-        bwd_act = max(act.backward_peak_bytes, act.saved_bytes + gradients)
-        bwd_extra = 0
-    else:
-        bwd_act = act.backward_peak_bytes
+    bwd_act = act.backward_peak_bytes
+    if partition_at_activation_peak:
+        bwd_act = max(bwd_act, act.saved_bytes + gradients)
     bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + bwd_extra
     step = params + optimizer + resident_grads + ws + step_transient
     peak = max(fwd, bwd, step)
