@@ -22,6 +22,9 @@ if [ "$status" -gt 1 ]; then  # 0: a plan fits, 1: nothing fits (explained above
     exit "$status"
 fi
 
+echo "== zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 --cpu-mem 29GiB --method auto"
+zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 --cpu-mem 29GiB --method auto
+
 OUT="${DEMO_DIR:-runs/demo}"
 mkdir -p "$OUT"
 echo "== zero-plan --model benchmarks/model_configs/llama-tiny.json --gpus cpu:2 --seq-len 128 -o $OUT/plan.json"
