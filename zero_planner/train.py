@@ -66,6 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _exit_cleanly(code: int) -> None:
+    """Flushes output, tears the process group down and leaves without running C++ static destructors.
+
+    A plain interpreter exit intermittently aborted a rank after training had finished ("terminate called
+    without an active exception", launcher status 250; seen in CI under load): the communication backend's
+    threads were still joinable when Python destroyed them. os._exit skips that teardown.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # leaving anyway; the run's results are already written
+        pass
+    os._exit(code)
+
+
 class StopRequest:
     """Remembers the first SIGINT/SIGTERM; the loop finishes its step, saves, and leaves."""
 
@@ -607,4 +626,4 @@ def _progress(console, rank: int, *, total: int, completed: int):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_cleanly(main())
