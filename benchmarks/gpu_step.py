@@ -123,6 +123,9 @@ def main() -> None:
         record["end"] = device_stats()
     record["host_rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.write_text(json.dumps(record))
+    from zero_planner.train import release_shm_buffer  # CPU runs only: DeepSpeed leaks it otherwise
+
+    release_shm_buffer()
     # Ranks that hit OOM may leave collectives hanging in their peers; leave at once.
     sys.stdout.flush()
     os._exit(0)

@@ -75,6 +75,7 @@ def _exit_cleanly(code: int) -> None:
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    release_shm_buffer()
     try:
         import torch.distributed as dist
 
@@ -83,6 +84,20 @@ def _exit_cleanly(code: int) -> None:
     except Exception:  # leaving anyway; the run's results are already written
         pass
     os._exit(code)
+
+
+def release_shm_buffer() -> None:
+    """Removes this rank's DeepSpeed shared-memory all-reduce buffer (CPU runs), which DeepSpeed never does.
+
+    deepspeed/ops/csrc/cpu/comm/shm.cpp creates /dev/shm/deepspeed_allreduce_buffer_*_ADDR_PORT_RANK (66 MB
+    per rank) and has a shared_close() that nothing calls: 288 leaked files held 19 GB of this machine's
+    24 GiB after a day of tests. Called after the run's last collective; peers' mappings stay valid.
+    """
+    addr, port, rank = (os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK"))
+    if not (addr and port and rank):
+        return
+    for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{addr}_{port}_{rank}"):
+        path.unlink(missing_ok=True)
 
 
 class StopRequest:
