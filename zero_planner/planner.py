@@ -242,7 +242,7 @@ class _Evaluator:
         num_labels: int = 2,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
-        self.lora = lora or LoraInfo(quantization="nf4" if method == "qlora" else "none")
+        self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
         self.margin = margin
         self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if margin else cluster.gpu.memory_bytes
@@ -280,27 +280,22 @@ class _Evaluator:
     def why_not(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> str | None:
         return why_not(self.memory(strategy, ckpt, micro, accum), self.gpu_cap_bytes, self.host_cap_bytes)
 
-    def like(self, cluster: Cluster | None = None, seq_len: int | None = None) -> "_Evaluator":
-        """Returns an evaluator for the same model and settings on another cluster or sequence length."""
+    def like(
+        self, cluster: Cluster | None = None, seq_len: int | None = None, method: str | None = None
+    ) -> "_Evaluator":
+        """Returns an evaluator for the same model and settings on another cluster, sequence length or method."""
         return _Evaluator(
             self.spec,
             cluster or self.cluster,
             seq_len=seq_len or self.seq_len,
             precision=self.precision,
-            method=self.method,
+            method=method or self.method,
             task=self.task,
             buffers=self.buffers,
             margin=self.margin,
             lora=self.lora,
             num_labels=self.num_labels,
         )
-
-    def with_method(self, method: str) -> "_Evaluator":
-        """Returns an evaluator for the same model and cluster with another fine-tuning method."""
-        lora = self.lora.model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
-        return _Evaluator(self.spec, self.cluster, seq_len=self.seq_len, precision=self.precision, method=method,
-                          task=self.task, buffers=self.buffers, margin=self.margin, lora=lora,
-                          num_labels=self.num_labels)  # fmt: skip
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
         return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum))
@@ -480,10 +475,11 @@ def plan(
 
 
 def _plan_auto(spec: ModelSpec, cluster: Cluster, **kwargs: Any) -> PlanResult:
-    """Returns the plan of the first method that fits, in order full, lora, qlora, saying what each costs.
+    """Returns full fine-tuning's plan when it fits, else the faster of LoRA and QLoRA that fits, with what
+    each method costs in the notes (and full fine-tuning's explanation when nothing fits).
 
-    Full fine-tuning comes first because it is what LoRA and QLoRA approximate; among the adapter methods,
-    16-bit LoRA before 4-bit QLoRA, which trades speed and some quality for memory.
+    Full fine-tuning comes first because it is what LoRA and QLoRA approximate; between the adapter methods
+    the step-time model decides (QLoRA's 4-bit base also costs some quality, which the notes leave to the user).
     """
     results = {"full": plan(spec, cluster, method="full", **kwargs)}
     if not results["full"].fits:
@@ -655,7 +651,7 @@ def advice(
 
     if ev.method == "full":
         for method in ("lora",) + (() if cluster.is_cpu else ("qlora",)):
-            adapter_ev = ev.with_method(method)
+            adapter_ev = ev.like(method=method)
             fit = _first_fit(adapter_ev, every, both)
             if fit:
                 lines.append(
