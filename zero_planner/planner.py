@@ -650,16 +650,19 @@ def advice(
         lines.append(f"a shorter sequence: none down to {MIN_SEQ_LEN_SUGGESTED} tokens fits on {_gpus_text(cluster)}")
 
     if ev.method == "full":
+        fitting = []
         for method in ("lora",) + (() if cluster.is_cpu else ("qlora",)):
             adapter_ev = ev.like(method=method)
             fit = _first_fit(adapter_ev, every, both)
             if fit:
-                lines.append(
+                fitting.append(
                     f"--method {method} (r={adapter_ev.lora.r}: {trainable_params(spec, adapter_ev.workload(False, 1)) / 1e6:.1f}M "
                     f"trainable parameters) fits with stage {fit[0].name} {_ckpt_text(fit[1])} at micro-batch 1 "
-                    f"({_gib(fit[2].total_bytes)} per GPU); --method auto picks it"
+                    f"({_gib(fit[2].total_bytes)} per GPU)"
                 )
-                break
+        if fitting:
+            lines += fitting
+            lines.append("--method auto plans both and takes the faster that fits")
         else:
             lines.append("--method lora / qlora: no strategy fits at micro-batch 1 either")
     return lines
