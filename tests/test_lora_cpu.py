@@ -214,3 +214,22 @@ def test_seq_cls_learns(tmp_path, strategy, method):
         if strategy == "3":
             return
     assert cls_loss(model, cls_batch(plan)) < chance - 0.4  # held-out examples: it learned the topics
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_pretrained_base_is_built_in_training_mode(tmp_path, method):
+    """from_pretrained returns eval mode; training in it would turn dropout and gradient checkpointing off."""
+    import torch
+
+    from zero_planner.modeling import build_model
+
+    plan = make_plan("2", method=method, gradient_checkpointing=True)
+    base, _ = build_model(plan.model.config, precision="fp32", device="cpu")
+    base.save_pretrained(tmp_path / "base")
+    plan.model.init = "pretrained"
+    plan.model.weights_path = str(tmp_path / "base")
+    from zero_planner.train import _build_model
+
+    model, _ = _build_model(plan, plan.deepspeed_config, SimpleNamespace(device=torch.device("cpu"), local_rank=0))
+    assert all(m.training for m in model.modules())
+    assert model.base_model.model.model.gradient_checkpointing if method == "lora" else model.model.gradient_checkpointing
