@@ -232,8 +232,7 @@ def build_qlora_base(
     bitsandbytes quantises while from_pretrained loads, so a model given only as a config is first
     initialised randomly in the compute dtype and written under `scratch_dir` by local rank 0 of each node
     (the other ranks wait, then every rank loads the same weights; the folder is removed after). Under
-    ZeRO-3 an HfDeepSpeedConfig is kept alive while loading: transformers then loads the quantised model
-    whole on each GPU (it skips zero.Init for quantised models) and deepspeed.initialize partitions it.
+    ZeRO-3 each rank loads the quantised model whole onto its GPU and deepspeed.initialize partitions it.
     Not run in CI (it needs a CUDA GPU with bitsandbytes).
     """
     import os
@@ -259,11 +258,9 @@ def build_qlora_base(
             del model
         if dist.is_initialized():
             dist.barrier()
-    hf_ds = None
-    if zero_stage == 3:
-        from transformers.integrations import HfDeepSpeedConfig
-
-        hf_ds = HfDeepSpeedConfig(ds_config)  # noqa: F841 - transformers holds a weak reference to it
+    # No HfDeepSpeedConfig under ZeRO-3: with one alive, transformers refuses device_map ("DeepSpeed Zero-3 is
+    # not compatible with passing a `device_map`", 5.17 on an H100). The 4-bit model is small, so each rank
+    # loads it whole onto its GPU and deepspeed.initialize partitions it (the bf16 quant storage allows that).
     model = _auto_class(task).from_pretrained(
         source,
         dtype=dtype,
@@ -271,7 +268,6 @@ def build_qlora_base(
         quantization_config=bnb_4bit_config(precision, zero_stage),
         device_map={"": local_rank},
     )
-    model._zero_run_hf_ds = hf_ds
     if task == "seq-cls" and model.config.pad_token_id is None:
         model.config.pad_token_id = 0
     if zero_stage == 3:
