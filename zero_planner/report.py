@@ -53,6 +53,8 @@ def build_run_report(
         "status": status,
         "model": plan.model.name,
         "strategy": plan.strategy.name or str(plan.strategy.stage),
+        "method": plan.training.method,
+        "task": plan.training.task,
         "micro_batch_size": plan.training.micro_batch_size,
         "gradient_accumulation_steps": plan.training.gradient_accumulation_steps,
         "seq_len": plan.training.seq_len,
