@@ -23,18 +23,31 @@ def hidden_size(config: dict) -> int:
     return config.get("hidden_size") or config["n_embd"]
 
 
-def case(model, strategy, *, mb=2, seq=1024, gc=False, gpus=1, precision="bf16", accum=1) -> dict:
-    return {
+def case(model, strategy, *, mb=2, seq=1024, gc=False, gpus=1, precision="bf16", accum=1, method="full",
+         task="causal-lm", lora_r=16, lora_dropout=0.05, num_labels=3) -> dict:
+    """Returns a case. Adapter (method lora/qlora: peft all-linear, alpha 2r) and seq-cls fields are set only
+    where they apply, so full causal-LM cases keep the shape of the records already measured."""
+    c = {
         "model": model, "strategy": strategy, "precision": precision, "micro_batch_size": mb, "seq_len": seq,
         "gradient_checkpointing": gc, "num_gpus": gpus, "gradient_accumulation_steps": accum,
     }  # fmt: skip
+    if method != "full":
+        c.update(method=method, lora_r=lora_r, lora_alpha=2 * lora_r, lora_dropout=lora_dropout)
+    if task != "causal-lm":
+        c.update(task=task, num_labels=num_labels)
+    return c
 
 
 def case_id(c: dict) -> str:
-    return (
+    cid = (
         f"{c['model']}|{c['strategy']}|{c['precision']}|mb{c['micro_batch_size']}|s{c['seq_len']}"
         f"|{'gc' if c['gradient_checkpointing'] else 'nogc'}|g{c['num_gpus']}|ga{c['gradient_accumulation_steps']}"
     )
+    if c.get("method", "full") != "full":
+        cid += f"|{c['method']}-r{c['lora_r']}-d{c['lora_dropout']}"
+    if c.get("task", "causal-lm") != "causal-lm":
+        cid += f"|{c['task']}{c['num_labels']}"
+    return cid
 
 
 def expand_case(c: dict) -> dict:
@@ -116,4 +129,21 @@ def limits_h100() -> list[dict]:
     return [{**c, "exclusive": True} for c in cases]
 
 
-SUITES = {"shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}
+def adapters() -> list[dict]:
+    """One GPU: LoRA and QLoRA (peft all-linear, bitsandbytes NF4) and seq-cls on a 1B and a 3B model."""
+    cases = []
+    for model in ("llama3.2-1b", "llama3.2-3b"):
+        cases += [case(model, s, method="lora", gc=gc) for s in ["0", "2", "3"] for gc in (False, True)]
+        cases += [case(model, s, method="qlora", gc=gc) for s in ["0", "2"] for gc in (False, True)]
+        cases += [case(model, "3", method="qlora", gc=True)]
+        cases += [case(model, "0", method="lora", lora_dropout=0.0)]  # isolates peft's dropout copies
+        cases += [case(model, "0", method="lora", mb=4, seq=2048, gc=True), case(model, "0", method="qlora", mb=4, seq=2048, gc=True)]
+        cases += [case(model, "2-offload", method="lora", gc=True), case(model, "0", method="lora", lora_r=64)]
+        cases += [case(model, s, method=m, task="seq-cls", gc=True) for s, m in [("0", "lora"), ("0", "qlora")]]
+        cases += [{**case(model, "2", task="seq-cls", gc=True), "exclusive": True}]
+        cases += [case(model, "0", method=m, precision="fp16", gc=True) for m in ("lora", "qlora")]  # the T4 path
+    cases += [case("qwen2.5-1.5b", "0", method=m) for m in ("lora", "qlora")]  # tied embeddings, q/k/v biases
+    return cases
+
+
+SUITES = {"adapters": adapters, "shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}

@@ -36,6 +36,12 @@ def provenance() -> dict:
     import torch
     import transformers
 
+    adapters = {}
+    for name in ("peft", "bitsandbytes"):  # LoRA / QLoRA cases
+        try:
+            adapters[name] = __import__(name).__version__
+        except ImportError:
+            adapters[name] = None
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
     return {
@@ -46,6 +52,7 @@ def provenance() -> dict:
         "cuda": torch.version.cuda,
         "deepspeed": deepspeed.__version__,
         "transformers": transformers.__version__,
+        **adapters,
         "python": platform.python_version(),
         "date": dt.date.today().isoformat(),
     }

@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +32,6 @@ def main() -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    from zero_planner.modeling import build_model
 
     deepspeed.init_distributed()
     rank = int(os.environ.get("RANK", 0))
@@ -60,16 +60,10 @@ def main() -> None:
 
     try:
         ds_config = case["deepspeed_config"]
-        model, attn = build_model(
-            case["model_config"],
-            precision=case["precision"],
-            ds_config=ds_config,
-            device=device,
-            attn_implementation=case.get("attn_implementation"),
-            gradient_checkpointing=case["gradient_checkpointing"],
-        )
+        model, attn = case_model(case, ds_config, device, local_rank)
         record["attn_implementation"] = attn
         record["num_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+        record["trainable_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
         engine, *_ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
         )
@@ -87,12 +81,17 @@ def main() -> None:
         losses = []
         for step in range(STEPS):
             ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
+            if case.get("task") == "seq-cls":
+                labels = torch.randint(0, case["num_labels"], (micro,), generator=generator).to(engine.device)
+                batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+            else:
+                batch = {"input_ids": ids, "labels": ids}
             start = time.perf_counter()
             for phase in ("forward", "backward", "step"):
                 if on_cuda:
                     torch.cuda.reset_peak_memory_stats()
                 if phase == "forward":
-                    loss = engine(input_ids=ids, labels=ids).loss
+                    loss = engine(**batch).loss
                 elif phase == "backward":
                     engine.backward(loss)
                 else:
@@ -129,6 +128,63 @@ def main() -> None:
     # Ranks that hit OOM may leave collectives hanging in their peers; leave at once.
     sys.stdout.flush()
     os._exit(0)
+
+
+def random_base(config: dict, precision: str, task: str, attn: str, device: str) -> str:
+    """Returns a folder holding a randomly initialised base for QLoRA to quantise while loading, written once
+    per machine and reused by every case of the same model (zero-run writes its own per run instead).
+
+    Initialised on the GPU: under the launcher (OMP_NUM_THREADS=1) a 3B model's CPU init outlasted the case
+    timeout. Its memory is returned before any peak counter is read."""
+    import fcntl
+    import hashlib
+
+    import torch
+
+    from zero_planner.modeling import build_model
+
+    key = hashlib.sha256(json.dumps([config, precision, task, attn], sort_keys=True).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"zp-random-base-{key}"
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "complete").exists():
+            model, _ = build_model(config, precision=precision, device=device, attn_implementation=attn, task=task)
+            model.save_pretrained(folder)
+            (folder / "complete").touch()
+            del model
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return str(folder)
+
+
+def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
+    """Returns (model, attn) as zero-run builds it: the base (4-bit NF4 for qlora, seq-cls head for seq-cls)
+    wrapped in peft all-linear adapters for lora/qlora."""
+    import torch
+
+    from zero_planner.modeling import apply_lora, attn_implementation_for, build_model, build_qlora_base
+
+    method, task = case.get("method", "full"), case.get("task", "causal-lm")
+    config = dict(case["model_config"])
+    num_labels = case.get("num_labels") if task == "seq-cls" else None
+    if num_labels is not None:
+        config["num_labels"] = num_labels
+    attn = case.get("attn_implementation") or attn_implementation_for(config, task)
+    gc = case["gradient_checkpointing"]
+    if method == "qlora":
+        model = build_qlora_base(config, precision=case["precision"], ds_config=ds_config, local_rank=local_rank,
+                                 attn_implementation=attn, task=task, gradient_checkpointing=gc,
+                                 weights_path=random_base(config, case["precision"], task, attn, device))  # fmt: skip
+    else:
+        model, attn = build_model(config, precision=case["precision"], ds_config=ds_config, device=device,
+                                  attn_implementation=attn, task=task, gradient_checkpointing=gc,
+                                  num_labels=num_labels)  # fmt: skip
+    if method in ("lora", "qlora"):
+        torch.manual_seed(0)
+        model = apply_lora(model, r=case["lora_r"], alpha=case["lora_alpha"], dropout=case["lora_dropout"],
+                           target_modules="all-linear", task=task, gradient_checkpointing=gc)  # fmt: skip
+    model.train()  # from_pretrained (the QLoRA base) leaves eval mode: no dropout, no checkpointing
+    return model, attn
 
 
 if __name__ == "__main__":
