@@ -62,6 +62,11 @@ def predict(row: dict, specs: dict) -> tuple:
         gpus_per_node=case["num_gpus"],
         attn_implementation=attn or spec.attn_implementation or "sdpa",
         gradient_accumulation_steps=case["gradient_accumulation_steps"],
+        method=case.get("method", "full"),
+        task=case.get("task", "causal-lm"),
+        lora_r=case.get("lora_r", 16),
+        lora_dropout=case.get("lora_dropout", 0.05),
+        num_labels=case.get("num_labels", 2),
     )
     buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
     estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers, row["provenance"]["gpu"].replace("NVIDIA ", ""))
@@ -97,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     all_errors: list[float] = []
     anchor_errors: dict[str, list[float]] = defaultdict(list)
     total_errors: list[float] = []
+    adapter_errors: list[float] = []
     print(f"{'case':58s} {'gpu':5s} {'measured':>9s} {'ours':>9s} {'err':>7s} {'DS est':>8s} {'16B/P':>8s}  fit")
     for row in load_cases():
         case = row["case"]
@@ -120,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         total_errors.append((est.total_bytes - reserved - CUDA_CONTEXT_BYTES) / (reserved + CUDA_CONTEXT_BYTES))
         all_errors.append(error)
         ds_gpu, rule16 = anchors(spec, case)
-        anchor_errors["deepspeed"].append((ds_gpu - measured) / measured)
-        anchor_errors["16B/param"].append((rule16 - measured) / measured)
+        if case.get("method", "full") == "full":  # both anchors are rules for full fine-tuning
+            anchor_errors["deepspeed"].append((ds_gpu - measured) / measured)
+            anchor_errors["16B/param"].append((rule16 - measured) / measured)
+        else:
+            adapter_errors.append(error)
         if abs(error) > MAX_LIMIT:
             failures.append(f"{row['id']}: error {error:+.1%} exceeds {MAX_LIMIT:.0%}")
         if not predicted_fit:
@@ -139,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     abs_all = [abs(e) for e in all_errors]
     median, worst = statistics.median(abs_all), max(abs_all)
     print(f"  {'all':14s} {len(abs_all):4d}  {median:6.1%}  {worst:6.1%}")
+    if adapter_errors:
+        abs_adapter = [abs(e) for e in adapter_errors]
+        print(f"  {'lora/qlora':14s} {len(abs_adapter):4d}  {statistics.median(abs_adapter):6.1%}  {max(abs_adapter):6.1%}")
     print(f"  total (reserved + context, informational): median error {statistics.median(total_errors):+.1%}, "
           f"range {min(total_errors):+.0%} .. {max(total_errors):+.0%}")
     for name, values in anchor_errors.items():

@@ -44,3 +44,47 @@ def test_catalog_coefficients_are_current(slug):
     entry = catalog_entry(slug)
     assert entry is not None, slug
     assert traced_coefficients(entry["config"]) == {k: v for k, v in entry["params"]["activations"].items()}
+
+
+@pytest.fixture(scope="module")
+def llama1b_lora():
+    config = json.loads((ROOT / "benchmarks" / "model_configs" / "llama3.2-1b.json").read_text())
+    return config, traced_coefficients(config)
+
+
+def test_lora_trace_counts_adapter_tensors_by_hand(llama1b_lora):
+    """Llama, peft all-linear (7 targets per layer), traced on the meta device, checked against a hand count."""
+    config, table = llama1b_lora
+    h, i = config["hidden_size"], config["intermediate_size"]
+    for key, width in (("16bit", 2), ("fp32", 4)):
+        lora = table["lora"][key]
+        assert lora["layer_per_r"] == 7 * width  # lora_B keeps lora_A's r outputs, per target
+        if key == "16bit":
+            # Dropout: every target keeps its dropped-out input (2 B) and a 1-byte mask, 3 * (6h + i); the
+            # shared inputs lora_A kept without dropout (q/k/v, o, gate/up at h, down at i) are no longer kept.
+            assert lora["layer_dropout"] == 3 * (6 * h + i) - 2 * (3 * h + i)
+            # ZeRO-3's F.linear keeps those four inputs again.
+            assert lora["zero3_layer_extra_dropout"] == 2 * (3 * h + i)
+        assert lora["zero3_layer_extra"] == 0  # without dropout lora_A already keeps the same inputs
+        # A frozen base keeps less than full fine-tuning: no inputs are kept for weight gradients.
+        assert lora["layer"] < table[key]["sdpa"]["layer"]
+
+
+def test_adapter_activations_use_the_lora_trace(llama1b_lora):
+    from zero_planner.memory import Workload, activation_bytes
+    from zero_planner.models.spec import spec_from_config
+
+    config, _ = llama1b_lora
+    spec = spec_from_config(config, "llama3.2-1b")
+
+    def saved(method, **kw):
+        w = Workload(micro_batch_size=1, seq_len=1024, gradient_checkpointing=False, precision="bf16", method=method, **kw)
+        return activation_bytes(spec, w).saved_bytes
+
+    h, i, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    assert saved("lora", lora_dropout=0.0) < saved("full")
+    assert saved("lora", lora_r=32) - saved("lora", lora_r=16) == 1024 * layers * 16 * 14
+    assert saved("qlora") == saved("lora")  # the 4-bit base keeps no more than the 16-bit one
+    w = Workload(micro_batch_size=1, seq_len=1024, gradient_checkpointing=False, precision="bf16", method="lora")
+    zero3 = activation_bytes(spec, w, zero3_linear=True).saved_bytes - activation_bytes(spec, w).saved_bytes
+    assert zero3 == 1024 * layers * 2 * (3 * h + i)

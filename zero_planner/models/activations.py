@@ -26,7 +26,8 @@ def _layer_key(config: dict[str, Any]) -> str:
     return "n_layer" if "n_layer" in config else "num_hidden_layers"
 
 
-def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str, attn: str) -> int:
+def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str, attn: str,
+                 lora: tuple[int, float] | None = None, zero3_linear: bool = False) -> int:
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
@@ -49,6 +50,34 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
     def sdpa(q, k, v, *args, **kwargs):
         return KeptBySdpaKernels.apply(q, k, v)
 
+    class KeptByFusedDropout(torch.autograd.Function):
+        # CUDA's fused dropout keeps a 1-byte mask; on the meta device dropout is composite and keeps a
+        # mask in the input's dtype instead.
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(torch.empty(x.shape, dtype=torch.bool, device=x.device))
+            return torch.empty_like(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.empty_like(grad)
+
+    def fused_dropout(x, p=0.5, training=True, inplace=False):
+        return KeptByFusedDropout.apply(x) if training and p > 0 else x
+
+    class KeptByZero3Linear(torch.autograd.Function):
+        # deepspeed.zero.Init replaces F.linear for good (runtime/zero/linear.py LinearFunctionForZeroStage3),
+        # and that function saves its input even where the weight is frozen.
+        @staticmethod
+        def forward(ctx, x, weight, bias=None):
+            ctx.save_for_backward(x, weight)
+            return torch.empty(x.shape[:-1] + (weight.shape[0],), dtype=x.dtype, device=x.device)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight = ctx.saved_tensors
+            return torch.empty_like(x), None, None
+
     values = dict(config_dict)
     values[_layer_key(values)] = layers
     if attn == "sdpa" and values.get("attn_logit_softcapping"):
@@ -61,6 +90,14 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
         # while the GPU machines' release accepts it; the forward reads the choice from the config.
         model = AutoModelForCausalLM.from_config(hf, dtype=torch_dtype, attn_implementation="eager")
     model.config._attn_implementation = attn
+    if lora is not None:
+        # peft all-linear adapters (rank, dropout) on a frozen base: the base's linear layers no longer keep
+        # their inputs for weight gradients, and each adapter keeps its own (dropped-out) input and r outputs.
+        from peft import LoraConfig, get_peft_model
+
+        r, p_drop = lora
+        config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=p_drop, target_modules="all-linear")
+        model = get_peft_model(model, config, autocast_adapter_dtype=False)
     model.train()
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     seen: dict[int, int] = {}
@@ -73,13 +110,15 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
         return tensor
 
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
-    original = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = sdpa
+    original = F.scaled_dot_product_attention, F.dropout, F.linear
+    F.scaled_dot_product_attention, F.dropout = sdpa, fused_dropout
+    if zero3_linear:
+        F.linear = KeptByZero3Linear.apply
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             model(input_ids=ids, labels=ids)
     finally:
-        F.scaled_dot_product_attention = original
+        F.scaled_dot_product_attention, F.dropout, F.linear = original
     return sum(seen.values())
 
 
@@ -118,7 +157,47 @@ def traced_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
             per_attn[attn] = {"layer": round(base, 3), "layer_per_seq": round(max(per_seq, 0.0), 6),
                               "rest": round(rest, 3)}  # fmt: skip
         result["16bit" if dtype == "bfloat16" else "fp32"] = per_attn
+    try:
+        result["lora"] = _lora_coefficients(config_dict)
+    except Exception as error:  # the adapter trace is optional: memory.py falls back to the closed form
+        result["lora_why"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
     return result
+
+
+# Adapter shapes traced for the LoRA table: two ranks separate the per-rank term, a dropout run the copies.
+LORA_TRACE_RANKS = (8, 16)
+LORA_TRACE_DROPOUT = 0.05
+
+
+def _lora_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Returns saved-activation bytes per token with peft all-linear adapters on a frozen base (SDPA).
+
+    {dtype: {layer, layer_per_r, layer_dropout, rest, rest_dropout}}: one decoder layer at rank r without
+    dropout is layer + r * layer_per_r; dropout > 0 adds layer_dropout (each target's dropped-out input and
+    its 1-byte mask, less the shared inputs no one else keeps). Frozen linear layers keep no inputs for
+    weight gradients, so these differ from the full fine-tuning figures in both directions. Eager attention
+    adds the same score terms as without adapters. zero3_layer_extra(_dropout): what one layer keeps in
+    addition under ZeRO-3, whose replacement F.linear saves every input.
+    """
+    s = TRACE_SEQ[0]
+    r1, r2 = LORA_TRACE_RANKS
+    out: dict[str, Any] = {}
+    for dtype, key in (("bfloat16", "16bit"), ("float32", "fp32")):
+        runs = {}
+        for lora in ((r1, 0.0), (r2, 0.0), (r1, LORA_TRACE_DROPOUT)):
+            one = _saved_bytes(config_dict, 1, s, dtype, "sdpa", lora)
+            two = _saved_bytes(config_dict, 2, s, dtype, "sdpa", lora)
+            runs[lora] = ((two - one) / s, one / s - (two - one) / s)  # (layer, rest) per token
+        (l1, rest), (l2, _), (ld, rest_d) = runs[(r1, 0.0)], runs[(r2, 0.0)], runs[(r1, LORA_TRACE_DROPOUT)]
+        per_r = (l2 - l1) / (r2 - r1)
+        out[key] = {"layer": round(l1 - per_r * r1, 3), "layer_per_r": round(per_r, 3),
+                    "layer_dropout": round(ld - l1, 3), "rest": round(rest, 3), "rest_dropout": round(rest_d - rest, 3)}  # fmt: skip
+        # LoRA under ZeRO-3 (base built in deepspeed.zero.Init): frozen linear layers keep their inputs again.
+        for lora, name in (((r1, 0.0), "zero3_layer_extra"), ((r1, LORA_TRACE_DROPOUT), "zero3_layer_extra_dropout")):
+            one = _saved_bytes(config_dict, 1, s, dtype, "sdpa", lora, zero3_linear=True)
+            two = _saved_bytes(config_dict, 2, s, dtype, "sdpa", lora, zero3_linear=True)
+            out[key][name] = round((two - one) / s - runs[lora][0], 3)
+    return out
 
 
 def closed_form_coefficients(arch: dict[str, Any]) -> dict[str, Any]:
