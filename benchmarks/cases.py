@@ -146,4 +146,11 @@ def adapters() -> list[dict]:
     return cases
 
 
-SUITES = {"adapters": adapters, "shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}
+def precision() -> list[dict]:
+    """One GPU: fp16 and fp32 under the offload strategies (host memory of fp32 master and 32-bit weights)."""
+    cases = [case("qwen2.5-0.5b", s, precision="fp32") for s in ["2-offload", "3-offload", "3-offload-all"]]
+    cases += [case("llama3.2-1b", s, precision="fp16") for s in ["2-offload", "3-offload-all"]]
+    return cases
+
+
+SUITES = {"adapters": adapters, "precision": precision, "shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}

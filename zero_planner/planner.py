@@ -219,6 +219,10 @@ def why_not(memory: MemoryEstimate, gpu_cap_bytes: int, host_cap_bytes: int) -> 
     problems = []
     if memory.total_bytes > gpu_cap_bytes:
         problems.append(f"GPU: needs {_gib(memory.total_bytes)} > {_gib(gpu_cap_bytes)}")
+        if 0 < memory.floor_bytes <= gpu_cap_bytes:
+            # Not planned: whether PyTorch can release enough of its cache in time was measured both ways.
+            problems.append(f"{_gib(memory.total_bytes - memory.floor_bytes)} of it is allocator cache; "
+                            f"it might run, unplanned")  # fmt: skip
     if memory.cpu_total_bytes > host_cap_bytes:
         problems.append(f"host: needs {_gib(memory.cpu_total_bytes)} > {_gib(host_cap_bytes)}")
     return "; ".join(problems) or None
