@@ -146,6 +146,14 @@ def adapters() -> list[dict]:
     return cases
 
 
+def adapters_multi() -> list[dict]:
+    """Two GPUs: LoRA and QLoRA with sharded states (QLoRA's 4-bit base partitioned by ZeRO-3)."""
+    cases = [case("llama3.2-1b", s, method="lora", gpus=2) for s in ["2", "3"]]
+    cases += [case("llama3.2-1b", s, method="qlora", gpus=2, gc=True) for s in ["0", "3"]]
+    cases += [case("llama3.2-3b", "3", method="lora", gpus=2, gc=True)]
+    return cases
+
+
 def precision() -> list[dict]:
     """One GPU: fp16 and fp32 under the offload strategies (host memory of fp32 master and 32-bit weights)."""
     cases = [case("qwen2.5-0.5b", s, precision="fp32") for s in ["2-offload", "3-offload", "3-offload-all"]]
@@ -153,4 +161,4 @@ def precision() -> list[dict]:
     return cases
 
 
-SUITES = {"adapters": adapters, "precision": precision, "shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}
+SUITES = {"adapters": adapters, "adapters_multi": adapters_multi, "precision": precision, "shapes": shapes, "limits_h100": limits_h100, "smoke": smoke, "core": core, "limits": limits, "multi": multi, "all": lambda: core() + limits() + multi()}
