@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +135,13 @@ def test_export_stays_light():
     from conftest import heavy_modules_after
 
     assert heavy_modules_after("import zero_planner.export") == []
+
+
+def test_accelerate_yaml_names_the_json_absolutely(tmp_path, monkeypatch):
+    """Written from a relative folder, the YAML still finds the JSON when launched from elsewhere."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    export.write_accelerate(make_plan("2", precision="bf16"), "out")
+    ds_path = yaml.safe_load((tmp_path / "out" / "accelerate_config.yaml").read_text())["deepspeed_config"]["deepspeed_config_file"]
+    assert Path(ds_path).is_absolute() and Path(ds_path) == tmp_path / "out" / "ds_config.json"

@@ -160,7 +160,8 @@ def write_accelerate(plan: Plan, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     ds_path = out / DS_CONFIG_FILE
     written = [_write(ds_path, json.dumps(plan.deepspeed_config, indent=2) + "\n")]
-    written.append(_write(out / ACCELERATE_FILE, to_yaml(accelerate_config(plan, str(ds_path)))))
+    # Absolute: accelerate resolves deepspeed_config_file against the cwd of `accelerate launch`, not the YAML's.
+    written.append(_write(out / ACCELERATE_FILE, to_yaml(accelerate_config(plan, str(ds_path.resolve())))))
     return written
 
 
