@@ -62,6 +62,13 @@ def test_checkpoint_bytes():
     # 1e9 params in bf16: 2 B weights + 12 B optimizer (fp32 master + Adam m + v) per parameter.
     assert ckpt.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
     assert ckpt.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
+    # LoRA/QLoRA checkpoints leave the frozen base out (exclude_frozen_parameters)
+    assert ckpt.checkpoint_bytes(10**9, 10**6, "bf16", frozen_excluded=True) == 14 * 10**6
+    full = ckpt.run_disk_bytes(10**9, 10**9, "bf16")
+    assert full == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**9 + 2 * 10**9
+    qlora = ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True)
+    assert qlora == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**6 + 2 * 10**6
+    assert ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True, merged_export=True) == qlora + 2 * 10**9
 
 
 # --- report and OOM advice ---

@@ -40,15 +40,24 @@ def step_of(tag: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def checkpoint_bytes(num_params: int, num_trainable_params: int, precision: str) -> int:
-    """Returns the size in bytes of one DeepSpeed checkpoint (model weights + optimizer states)."""
-    return num_params * WEIGHT_BYTES[precision] + num_trainable_params * OPTIMIZER_CHECKPOINT_BYTES_PER_PARAM
+def checkpoint_bytes(num_params: int, num_trainable_params: int, precision: str, *, frozen_excluded: bool = False) -> int:
+    """Returns the size in bytes of one DeepSpeed checkpoint (model weights + optimizer states).
+
+    frozen_excluded: LoRA/QLoRA runs save with exclude_frozen_parameters, so only the trainable weights."""
+    weights = num_trainable_params if frozen_excluded else num_params
+    return weights * WEIGHT_BYTES[precision] + num_trainable_params * OPTIMIZER_CHECKPOINT_BYTES_PER_PARAM
 
 
-def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str) -> int:
-    """Returns the disk a run needs at most: KEEP_CHECKPOINTS + 1 being written, plus the exported model."""
-    one = checkpoint_bytes(num_params, num_trainable_params, precision)
-    return (KEEP_CHECKPOINTS + 1) * one + num_params * WEIGHT_BYTES[precision]
+def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *, adapters: bool = False,
+                   merged_export: bool = False) -> int:  # fmt: skip
+    """Returns the disk a run needs at most: KEEP_CHECKPOINTS + 1 being written, plus the exported model.
+
+    adapters: a LoRA/QLoRA run, whose checkpoints leave the frozen base out and whose export is the adapter,
+    plus the merged model where zero-run writes one (merged_export: LoRA below stage 3)."""
+    one = checkpoint_bytes(num_params, num_trainable_params, precision, frozen_excluded=adapters)
+    w = WEIGHT_BYTES[precision]
+    export = num_trainable_params * w + (num_params * w if merged_export else 0) if adapters else num_params * w
+    return (KEEP_CHECKPOINTS + 1) * one + export
 
 
 def manifest(tag_dir: Path) -> dict[str, int]:

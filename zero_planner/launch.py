@@ -203,7 +203,10 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
             f"offload ({plan.strategy.name or plan.strategy.stage}) needs {plan.estimate.cpu.total / gib:.1f} GiB of "
             f"host memory; {machine.host_available_bytes / gib:.1f} GiB is available"
         )
-    disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision)
+    adapters = plan.training.method in ("lora", "qlora")
+    merged = plan.training.method == "lora" and plan.strategy.stage < 3  # train.py exports the merged model then
+    disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision,
+                          adapters=adapters, merged_export=merged)  # fmt: skip
     if machine.disk_free_bytes < disk:
         problems.append(
             f"checkpoints and the final model need about {disk / gib:.1f} GiB under {output_dir!r}; "
