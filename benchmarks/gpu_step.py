@@ -141,7 +141,7 @@ def random_base(config: dict, precision: str, task: str, attn: str, device: str)
 
     import torch
 
-    from zero_planner.modeling import build_model
+    from zero_planner.modeling import build_model, save_random_base
 
     key = hashlib.sha256(json.dumps([config, precision, task, attn], sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"zp-random-base-{key}"
@@ -149,7 +149,7 @@ def random_base(config: dict, precision: str, task: str, attn: str, device: str)
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / "complete").exists():
             model, _ = build_model(config, precision=precision, device=device, attn_implementation=attn, task=task)
-            model.save_pretrained(folder)
+            save_random_base(model, folder)
             (folder / "complete").touch()
             del model
             if torch.cuda.is_available():

@@ -215,6 +215,22 @@ def bnb_4bit_config(precision: str, zero_stage: int):
     )
 
 
+def save_random_base(model, folder) -> None:
+    """Writes `model` as a folder from_pretrained reads (safetensors + config.json), from any rank.
+
+    save_pretrained writes nothing but the weights on ranks other than global rank 0 once torch.distributed
+    is up (transformers 5.23, distributed/mixin.py should_save_on_this_rank), so the local rank 0 of a second
+    node, or whichever rank takes a lock first, would leave a folder without its config.
+    """
+    import os
+
+    from safetensors.torch import save_model
+
+    os.makedirs(folder, exist_ok=True)
+    save_model(model, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})  # ties stored once
+    model.config.to_json_file(os.path.join(folder, "config.json"))
+
+
 def build_qlora_base(
     config_dict: dict[str, Any],
     *,
@@ -254,7 +270,7 @@ def build_qlora_base(
         if local_rank == 0:
             model, _ = build_model(config_dict, precision=precision, device="cpu",
                                    attn_implementation=attn_implementation, task=task)  # fmt: skip
-            model.save_pretrained(source)
+            save_random_base(model, source)
             del model
         if dist.is_initialized():
             dist.barrier()
@@ -266,7 +282,8 @@ def build_qlora_base(
         dtype=dtype,
         attn_implementation=attn_implementation,
         quantization_config=bnb_4bit_config(precision, zero_stage),
-        device_map={"": local_rank},
+        # CUDA in zero-run; the CPU (bitsandbytes >= 0.50 has a CPU backend) only in the tests of this path.
+        device_map={"": local_rank if torch.cuda.is_available() else "cpu"},
     )
     if task == "seq-cls" and model.config.pad_token_id is None:
         model.config.pad_token_id = 0
