@@ -4,7 +4,8 @@ Prints, per case, measured and predicted peak allocated memory with the error, b
 use today: DeepSpeed's own estimate_zero*_model_states_mem_needs and the 16-bytes-per-parameter rule. Fails
 (exit 1) when the median |error| of peak_allocated exceeds 3%, any case exceeds 10%, a case measured to fit
 needs more than the GPU even without the allocator's cache (floor), or a case that ran out of memory is
-predicted to fit. Cases that ran with a predicted total above the GPU but a floor below it are listed.
+predicted to fit, or a case's trainable parameter count (recorded by the run) differs from the prediction.
+Cases that ran with a predicted total above the GPU but a floor below it are listed.
 
     python benchmarks/memory_regression.py [--verbose]
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB, Workload, ZeroBuffers, estimate_memory  # noqa: E402
+from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB, Workload, ZeroBuffers, estimate_memory, trainable_params  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 
@@ -53,8 +54,17 @@ def predict(row: dict, specs: dict) -> tuple:
     if key not in specs:
         specs[key] = spec_from_config(case["model_config"], case["model"])
     spec = specs[key]
+    workload = workload_of(row, spec)
+    buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
+    estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers, row["provenance"]["gpu"].replace("NVIDIA ", ""))
+    return spec, estimate
+
+
+def workload_of(row: dict, spec) -> Workload:
+    """Returns the Workload a measured row ran (attention as recorded by the run)."""
+    case = row["case"]
     attn = next((r.get("attn_implementation") for r in row["ranks"] if r.get("attn_implementation")), None)
-    workload = Workload(
+    return Workload(
         micro_batch_size=case["micro_batch_size"],
         seq_len=case["seq_len"],
         gradient_checkpointing=case["gradient_checkpointing"],
@@ -69,9 +79,6 @@ def predict(row: dict, specs: dict) -> tuple:
         lora_dropout=case.get("lora_dropout", 0.05),
         num_labels=case.get("num_labels", 2),
     )
-    buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
-    estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers, row["provenance"]["gpu"].replace("NVIDIA ", ""))
-    return spec, estimate
 
 
 def anchors(spec, case) -> tuple[int, int]:
@@ -105,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     total_errors: list[float] = []
     adapter_errors: list[float] = []
     cache_band: list[str] = []
+    trainable_checked = 0
     print(f"{'case':58s} {'gpu':5s} {'measured':>9s} {'ours':>9s} {'err':>7s} {'DS est':>8s} {'16B/P':>8s}  fit")
     for row in load_cases():
         case = row["case"]
@@ -120,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['id']:58s} {gpu:5s} {'OOM':>9s} {est.total_bytes / GiB:9.2f} {'':>7s} {'':>8s} {'':>8s}  "
                   f"{'ok' if ok else 'WRONG'}")  # fmt: skip
             continue
+        counted = [r["trainable_params"] for r in row["ranks"] if r.get("trainable_params") is not None]
+        if counted and counted[0] != trainable_params(spec, workload_of(row, spec)):
+            failures.append(f"{row['id']}: {counted[0]:,} trainable parameters, predicted "
+                            f"{trainable_params(spec, workload_of(row, spec)):,}")  # fmt: skip
+        trainable_checked += bool(counted)
         measured = max(r["peak_allocated_bytes"] for r in row["ranks"])
         error = (est.peak_allocated_bytes - measured) / measured
         errors[case["strategy"]].append(error)
@@ -155,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     abs_all = [abs(e) for e in all_errors]
     median, worst = statistics.median(abs_all), max(abs_all)
     print(f"  {'all':14s} {len(abs_all):4d}  {median:6.1%}  {worst:6.1%}")
+    print(f"  trainable parameters: {trainable_checked} cases recorded their count; each must equal the prediction")
     if adapter_errors:
         abs_adapter = [abs(e) for e in adapter_errors]
         print(f"  {'lora/qlora':14s} {len(abs_adapter):4d}  {statistics.median(abs_adapter):6.1%}  {max(abs_adapter):6.1%}")
