@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'ok' if ok else 'WRONG'}")  # fmt: skip
             continue
         counted = [r["trainable_params"] for r in row["ranks"] if r.get("trainable_params") is not None]
-        if counted and counted[0] != trainable_params(spec, workload_of(row, spec)):
-            failures.append(f"{row['id']}: {counted[0]:,} trainable parameters, predicted "
-                            f"{trainable_params(spec, workload_of(row, spec)):,}")  # fmt: skip
+        expected = trainable_params(spec, workload_of(row, spec))
+        if counted and counted[0] != expected:
+            failures.append(f"{row['id']}: {counted[0]:,} trainable parameters, predicted {expected:,}")
         trainable_checked += bool(counted)
         measured = max(r["peak_allocated_bytes"] for r in row["ranks"])
         error = (est.peak_allocated_bytes - measured) / measured

@@ -48,12 +48,19 @@ def checkpoint_bytes(num_params: int, num_trainable_params: int, precision: str,
     return weights * WEIGHT_BYTES[precision] + num_trainable_params * OPTIMIZER_CHECKPOINT_BYTES_PER_PARAM
 
 
+def exports_merged_model(method: str, stage: int) -> bool:
+    """Returns whether zero-run also exports the adapter merged into its base: LoRA below stage 3 only. There
+    every rank holds the whole base already; under ZeRO-3 it would gather the full model on rank 0, and QLoRA's
+    4-bit base cannot merge losslessly."""
+    return method == "lora" and stage < 3
+
+
 def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *, adapters: bool = False,
                    merged_export: bool = False) -> int:  # fmt: skip
     """Returns the disk a run needs at most: KEEP_CHECKPOINTS + 1 being written, plus the exported model.
 
     adapters: a LoRA/QLoRA run, whose checkpoints leave the frozen base out and whose export is the adapter,
-    plus the merged model where zero-run writes one (merged_export: LoRA below stage 3)."""
+    plus the merged model where zero-run writes one (merged_export: exports_merged_model)."""
     one = checkpoint_bytes(num_params, num_trainable_params, precision, frozen_excluded=adapters)
     w = WEIGHT_BYTES[precision]
     export = num_trainable_params * w + (num_params * w if merged_export else 0) if adapters else num_params * w

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zero_planner.checkpoint import run_disk_bytes
+from zero_planner.checkpoint import exports_merged_model, run_disk_bytes
 from zero_planner.errors import InputError
 from zero_planner.plan import Plan, load_plan
 
@@ -204,7 +204,7 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
             f"host memory; {machine.host_available_bytes / gib:.1f} GiB is available"
         )
     adapters = plan.training.method in ("lora", "qlora")
-    merged = plan.training.method == "lora" and plan.strategy.stage < 3  # train.py exports the merged model then
+    merged = exports_merged_model(plan.training.method, plan.strategy.stage)
     disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision,
                           adapters=adapters, merged_export=merged)  # fmt: skip
     if machine.disk_free_bytes < disk:

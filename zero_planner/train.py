@@ -287,9 +287,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     if not interrupted and step > start_step:
         if peft:
             _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
-            if stage < 3 and t.method == "lora":
-                # The merged model is free below stage 3: every rank holds the whole base already. Under
-                # ZeRO-3 it would gather the full model on rank 0; QLoRA's 4-bit base cannot merge losslessly.
+            if ckpt.exports_merged_model(t.method, stage):
                 _export_merged(engine, output_dir / "final", ranks, tokenizer)
         else:
             _export(engine, output_dir / "final", ranks, tokenizer, stage)
