@@ -16,40 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.hub_cache import CHAT_TEMPLATE, build_tokenizer, documents, snapshot_folder
 from conftest import LLAMA_TINY, ROOT
 from zero_planner.launch import main as zero_run
 
 HUB_ID = "testorg/tiny-llama"
-REVISION = "0123456789abcdef0123456789abcdef01234567"
 SEQ_LEN = 64
 STEPS = 4
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
-    "{% if add_generation_prompt %}<s>assistant: {% endif %}"
-)
-
-
-def documents(n: int, seed: int) -> list[str]:
-    from zero_planner.data import synthetic_texts
-
-    return synthetic_texts(n, seed=seed)
-
-
-def build_tokenizer():
-    """Returns a PreTrainedTokenizerFast: byte-level BPE of 400 ids (<pad>, <s>, </s>, <unk> first)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    tok.train_from_iterator(documents(300, seed=1), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")  # fmt: skip
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
 
 
 def build_pretrained(folder: Path, tokenizer) -> None:
@@ -77,11 +50,7 @@ def hub(tmp_path_factory):
     """Returns (tmp root, snapshot folder, environment) with HF_HUB_CACHE holding testorg/tiny-llama offline."""
     root = tmp_path_factory.mktemp("hub")
     cache = root / "hf" / "hub"
-    repo = cache / "models--testorg--tiny-llama"
-    snapshot = repo / "snapshots" / REVISION
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(REVISION)
+    snapshot = snapshot_folder(cache, HUB_ID)
     build_pretrained(snapshot, build_tokenizer())
     env = {"HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(root / "datasets")}  # fmt: skip

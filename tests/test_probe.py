@@ -383,3 +383,18 @@ def test_launch_failures_are_printed_as_they_are(plan_file, capsys):
     assert "micro-batch 8: error ([rank0]: RuntimeError: [x] failed)" in out
     assert result.candidates[3].probe.message.startswith("could not launch: [Errno 2] No such file or directory")
     assert result.probe.chosen == 1  # the third candidate still ran
+
+
+def test_probe_launches_get_a_parsable_cuda_arch_list(tmp_path, monkeypatch, capsys):
+    """Seen on a lent H100 (TORCH_CUDA_ARCH_LIST=9.0a): zero-run fixed it for training, but every probe
+    candidate failed with "invalid literal for int() with base 10: '0a'" in DeepSpeed's fused-Adam build."""
+    plan = probe_plan()
+    h100 = launch.Machine(gpus=[("NVIDIA H100 80GB HBM3", 80 * GIB)] * plan.hardware.gpus_per_node,
+                          host_available_bytes=100 * GIB, disk_free_bytes=100 * GIB, capabilities=[(9, 0)])  # fmt: skip
+    monkeypatch.setattr(probe, "_machine", lambda *a, **kw: h100)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    seen = []
+    monkeypatch.setattr(launch, "_spawn", lambda argv, env, **kw: (seen.append(env), (1, 0))[1])
+    probe.LaunchRunner(workdir=tmp_path, steps=3)(plan)
+    assert seen and seen[0]["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert "TORCH_CUDA_ARCH_LIST='9.0a'" in capsys.readouterr().err

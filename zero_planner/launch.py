@@ -228,6 +228,18 @@ def fix_cuda_arch_list(value: str | None, capabilities: Sequence[tuple[int, int]
                    f"using {fixed!r} ({source})")  # fmt: skip
 
 
+def fix_launch_env(plan: Plan, env: dict[str, str], machine: Machine) -> str | None:
+    """Puts a TORCH_CUDA_ARCH_LIST that DeepSpeed can parse into the ranks' `env` when this process's own
+    cannot be parsed (fix_cuda_arch_list); returns the note to print, or None. Every launch of ranks goes
+    through here: zero-run's training run and each candidate of --probe."""
+    if plan.hardware.gpu == "cpu":
+        return None
+    arch, note = fix_cuda_arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST"), machine.capabilities)
+    if note:
+        env["TORCH_CUDA_ARCH_LIST"] = arch or ""
+    return note
+
+
 def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
     """Returns one line per reason this machine cannot run the plan (empty when it can)."""
     gib = 2**30
@@ -371,11 +383,9 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = probe_machine(plan, output_dir)
     problems = preflight(plan, machine, output_dir=output_dir)
-    if plan.hardware.gpu != "cpu":
-        arch, note = fix_cuda_arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST"), machine.capabilities)
-        if note:
-            print(f"zero-run: note: {note}", file=sys.stderr)
-            env["TORCH_CUDA_ARCH_LIST"] = arch
+    note = fix_launch_env(plan, env, machine)
+    if note:
+        print(f"zero-run: note: {note}", file=sys.stderr)
     if problems:
         for line in problems:
             print(f"zero-run: refusing to launch: {line}", file=sys.stderr)

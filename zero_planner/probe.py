@@ -314,10 +314,14 @@ class LaunchRunner:
         probe_plan = for_probe(plan, output_dir, self.steps)
         plan_path = folder / "plan.json"
         save_plan(probe_plan, plan_path)
-        problems = launch.preflight(probe_plan, _machine(probe_plan, output_dir), output_dir=str(output_dir))
+        machine = _machine(probe_plan, output_dir)
+        problems = launch.preflight(probe_plan, machine, output_dir=str(output_dir))
         if problems:
             return RunOutcome("skipped", message="; ".join(problems))
         argv, env = self.argv(probe_plan, plan_path, output_dir, launch.free_port())
+        note = launch.fix_launch_env(probe_plan, env, machine)
+        if note and self.count == 1:
+            print(f"probe: note: {note}", file=sys.stderr)
         log_path = folder / "launcher.log"
         with open(log_path, "wb") as log:
             rc, signals = launch._spawn(argv, env, multi_node=bool(self.hostfile), log=log)

@@ -45,12 +45,14 @@ def build_run_report(
                 "peak_allocated_bytes": r.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": r.get("peak_reserved_bytes"),
                 "host_rss_bytes": r.get("host_rss_bytes"),
+                "host_rss_marks": r.get("host_rss_marks"),
                 "predicted_peak_allocated_bytes": predicted,
                 "error_pct": error_pct(r.get("peak_allocated_bytes"), predicted),
             }
         )
     return {
         "status": status,
+        "predicted_host_bytes_per_node": plan.estimate.cpu.total,
         "model": plan.model.name,
         "strategy": plan.strategy.name or str(plan.strategy.stage),
         "method": plan.training.method,

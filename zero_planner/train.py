@@ -252,11 +252,13 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     torch.manual_seed(t.seed)
     model, attn = _build_model(plan, ds_config, ranks, weights=weights, pad_token_id=pad_token_id,
                                scratch_dir=output_dir)  # fmt: skip
+    _mark_rss("model_built")
     peft = t.method in ("lora", "qlora")
     trainable = [p for p in model.parameters() if p.requires_grad]
     warmup_steps = warmup_steps_for(t.warmup, max_steps)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
                                       lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
+    _mark_rss("initialized")
 
     start_step, losses = 0, []
     if resume:
@@ -337,6 +339,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         os._exit(EXIT_OOM)
 
     interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
+    _mark_rss("before_export")
     if not interrupted and step > start_step:
         if peft:
             _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
@@ -578,6 +581,7 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
     With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
     seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
     """
+    _mark_rss("before_first_save")
     tag_dir = ckpt_dir / ckpt.tag_for(step)
     if ranks.rank == 0:
         ckpt.clear_marker(tag_dir)
@@ -637,13 +641,19 @@ def _export_merged(engine, final_dir: Path, ranks: Ranks, tokenizer) -> None:
     ranks.barrier()
 
 
+EXPORT_SHARD_BYTES = 2 * 2**30
+"""Largest safetensors file of an exported model. Shards are copied to host memory and written one at a time,
+so the export holds about twice one shard in host memory (the CPU copies and safetensors' serialised bytes)
+rather than twice the whole model (a single-file export of an 8B model in bf16 would hold ~32 GB)."""
+
+
 def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
     """Writes model.safetensors, config.json, generation config and tokenizer of `module` to `final_dir`."""
     from safetensors.torch import save_file
 
     final_dir.mkdir(parents=True, exist_ok=True)
     seen: set[int] = set()
-    tensors = {}
+    shards: list[dict] = [{}]
     for key, value in state.items():
         if module.config.tie_word_embeddings and key == "lm_head.weight":
             continue  # from_pretrained ties it back to the input embedding
@@ -651,8 +661,23 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
         if value.numel() and ptr in seen:
             continue  # safetensors refuses shared storage; tied copies are restored on load
         seen.add(ptr)
-        tensors[key] = value.detach().to("cpu").contiguous()
-    save_file(tensors, str(final_dir / "model.safetensors"), metadata={"format": "pt"})
+        size = value.numel() * value.element_size()
+        if shards[-1] and sum(v.numel() * v.element_size() for v in shards[-1].values()) + size > EXPORT_SHARD_BYTES:
+            shards.append({})
+        shards[-1][key] = value
+    names = ["model.safetensors"] if len(shards) == 1 else [
+        f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]  # fmt: skip
+    weight_map, total = {}, 0
+    for name, shard in zip(names, shards):
+        # One shard at a time in host memory: its copies plus safetensors' serialised bytes.
+        tensors = {key: value.detach().to("cpu").contiguous() for key, value in shard.items()}
+        save_file(tensors, str(final_dir / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        del tensors
+    if len(names) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (final_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     module.config.save_pretrained(str(final_dir))
     if getattr(module, "generation_config", None) is not None:
         module.generation_config.save_pretrained(str(final_dir))
@@ -666,18 +691,34 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
     print(f"zero-run: final model in {final_dir}", flush=True)
 
 
+_RSS_MARKS: dict[str, int] = {}
+"""This rank's peak host RSS in bytes at the end of each phase (model built, engine initialised, the steps
+before the first checkpoint save): the peak is monotonic, so each mark bounds the phases up to it."""
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _mark_rss(phase: str) -> None:
+    """Records the peak host RSS so far under `phase`, once (the first time the phase ends)."""
+    _RSS_MARKS.setdefault(phase, _peak_rss_bytes())
+
+
 def _rank_stats(rank: int, on_cuda: bool) -> dict[str, Any]:
     """Returns this rank's measured peaks in bytes (None on CPU, where there is no device allocator)."""
     import torch
 
-    peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    marks = {"host_rss_marks": dict(_RSS_MARKS)}
     if not on_cuda:
-        return {"rank": rank, "peak_allocated_bytes": None, "peak_reserved_bytes": None, "host_rss_bytes": peak_rss_bytes}
+        return {"rank": rank, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+                "host_rss_bytes": _peak_rss_bytes(), **marks}  # fmt: skip
     return {
         "rank": rank,
         "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "host_rss_bytes": peak_rss_bytes,
+        "host_rss_bytes": _peak_rss_bytes(),
+        **marks,
     }
 
 
