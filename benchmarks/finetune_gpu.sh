@@ -9,8 +9,13 @@
 #              machine sets it (9.0a: zero-run must replace it)
 #   vs-trainer benchmarks/zero_run_vs_trainer.py: zero-run vs a bare DeepSpeed loop vs HF Trainer, 50 steps
 #   probe      zero-run --probe 3 --probe-only on Llama-3.2-1B (config, random init) at seq 2048, timed
+#   zr-only    the vs-trainer benchmark's zero-run alone (the other two runs' results kept from an earlier call)
+#   phases     zero-run by hub id at --stage 0 and --stage 3 (auto micro-batch, seq 2048), 10 steps, a checkpoint
+#              and the final export: host RSS per phase (run_report ranks[].host_rss_marks)
+#   op:FILE    the GPU harness on a case file (benchmarks/device_run.sh) until DEADLINE_S from the start
 # STAGES="plan-auto finetune vs-trainer probe" by default.
 set -u
+begin=$(date +%s)
 R=/tmp/res; mkdir -p $R
 exec > >(tee $OUT/finetune.log) 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -56,6 +61,21 @@ for stage in ${STAGES:-plan-auto finetune vs-trainer probe}; do
     /usr/bin/time -f "probe wall %e s" timeout 300 python3 -m zero_planner.launch /tmp/probe/plan.json --probe 3 \
       --probe-only 2>&1 | filter | tail -30
     cp /tmp/probe/plan.probed.json $R/ ;;
+  zr-only)
+    unset HF_HUB_OFFLINE
+    timeout 200 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --work-dir /tmp/zrvt --only zero-run \
+      --out $R/zero_run_only.json 2>&1 | filter | tail -20
+    rm -rf /tmp/zrvt ;;
+  phases)
+    for st in 0 3; do
+      python3 -m zero_planner --model meta-llama/Llama-3.2-1B --gpus auto --seq-len 2048 --stage $st \
+        --dataset /tmp/chat.jsonl --max-steps 10 --save-steps 1000 -o $R/ph-$st.json | tail -4
+      timeout 240 python3 -m zero_planner.launch $R/ph-$st.json --output-dir /tmp/ph 2>&1 | filter | tail -12
+      cp /tmp/ph/run_report.json $R/ph-report-$st.json; ls -la /tmp/ph/final; rm -rf /tmp/ph
+    done ;;
+  op:*)
+    save
+    bash benchmarks/device_run.sh $(( ${DEADLINE_S:-540} - ($(date +%s) - begin) )) ${stage#op:} ;;
   esac
   echo "=== $stage done in $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
   save

@@ -127,6 +127,12 @@ def main() -> None:
         phase = "done"
         record["timing_s"]["steps"] = round(time.time() - went, 2)
         record["step_times_s"] = step_times
+        if on_cuda:
+            # cudaFree-and-retry rounds of the caching allocator: each one synchronises and slows the step
+            # it lands in (a suspect for slow steps at the edge of memory).
+            stats = torch.cuda.memory_stats()
+            record["num_alloc_retries"] = stats.get("num_alloc_retries")
+            record["num_device_alloc"] = stats.get("num_device_alloc")
         record["tokens_per_micro_step"] = micro * seq  # each loop iteration is one micro-step
         record["losses"] = losses
     except torch.OutOfMemoryError as error:
