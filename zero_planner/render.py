@@ -166,6 +166,14 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
     return table
 
 
+def model_error_text() -> str:
+    """Returns the step-time model's expected error, as measured on the committed H100 cases."""
+    from zero_planner.throughput import MEDIAN_ERROR, REFERENCE_GPU
+
+    return (f"tokens/s: step-time model, ±{MEDIAN_ERROR:.0%} (median error on the committed {REFERENCE_GPU} "
+            f"cases; other GPUs scaled from their catalog peaks)")
+
+
 def tokens_text(option) -> str:
     """Returns the tokens/s cell: the step-time model's figure, "-" when the option does not fit, and "n/a" for
     CPU processes, which the model does not describe (throughput.models_throughput)."""
@@ -195,6 +203,7 @@ def explain(console, options, chosen) -> None:
     """Prints every candidate's reason in full and its memory breakdown (--explain)."""
     console.print()
     say(console, "Every candidate (GiB per GPU; host per node):", style="bold")
+    say(console, model_error_text(), indent="  ", hang="    ")
     for option in options:
         m = option.memory
         mark = "-> " if option is chosen else "   "
@@ -291,8 +300,10 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node", hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
-        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model for ranking, not a "
-            f"measurement)", hang="    ")  # fmt: skip
+        from zero_planner.throughput import MEDIAN_ERROR
+
+        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{MEDIAN_ERROR:.0%} median "
+            f"error on measured H100 runs; not a measurement)", hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
     if written:
