@@ -52,8 +52,9 @@ def test_lazy_table_equals_the_eager_one(cache, monkeypatch, config, untraceable
 def test_counts_equal_param_table(cache):
     table = trace_cache.cached_table(LLAMA_TINY)
     eager = param_table(LLAMA_TINY)
-    assert {k: v for k, v in table.items() if k != "activations"} == {
-        k: v for k, v in eager.items() if k != "activations"
+    # built_with differs: a llama config is counted by models/analytic.py, which says so there
+    assert {k: v for k, v in table.items() if k not in ("activations", "built_with")} == {
+        k: v for k, v in eager.items() if k not in ("activations", "built_with")
     }
     assert list(table) == list(eager)  # same key order as the catalog files
 
