@@ -229,9 +229,10 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
     warm = [run_plan(argv, cache) for _ in range(runs)]
     every += [cold, *warm]
     warm_median = statistics.median(r["seconds"] for r in warm)
+    met = "within" if cold["seconds"] < CONFIG_TARGET_S else "over"
     print(f"  {TRACED_FILE} (an architecture outside the catalog): first plan {cold['seconds']:.2f} s (counted and "
-          f"traced on the meta device: {verdict(cold['seconds'], CONFIG_TARGET_S)}), then from the cache "
-          f"{summary(warm)}")  # fmt: skip
+          f"traced on the meta device, torch and transformers imported: {met} the {CONFIG_TARGET_S:.0f} s target, "
+          f"not gated), then from the cache {summary(warm)}")  # fmt: skip
     if warm_median > REGRESSION_FACTOR * CONFIG_TARGET_S:
         failures.append(f"cached config median {warm_median:.2f} s")
     return every, failures
