@@ -9,7 +9,13 @@ import pytest
 from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 
 from zero_planner.models.activations import attention_coefficients
-from zero_planner.models.analytic import FAMILIES, analytic_table, catalog_activations, catalog_twin
+from zero_planner.models.analytic import (
+    FAMILIES,
+    analytic_table,
+    catalog_activations,
+    catalog_twin,
+    sdpa_16bit_activations,
+)
 from zero_planner.models.spec import _catalog, count_params
 
 BENCHMARK_CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "benchmarks" / "model_configs").glob("*.json"))}
@@ -75,6 +81,44 @@ def test_other_vocabularies_and_widths_have_no_twin():
     assert catalog_twin({**config, "num_hidden_layers": 4, "rope_theta": 1.0}) == "llama-3.2-1b"
     assert catalog_twin({**config, "vocab_size": 128258}) is None  # a fine-tune that added tokens: traced
     assert catalog_twin({**config, "attention_dropout": 0.1}) is None  # dropout keeps masks
+
+
+def test_closed_form_sdpa_entry_equals_the_catalog_trace():
+    for slug in COVERED:
+        if slug in _catalog():
+            assert sdpa_16bit_activations(CONFIGS[slug]) == _catalog()[slug]["params"]["activations"]["16bit"]["sdpa"]
+
+
+# Shapes the catalog does not have: biases, multi-head attention, head_dim apart from hidden / heads, odd sizes.
+ODD_CONFIGS = [
+    LLAMA_TINY,
+    {**LLAMA_TINY, "attention_bias": True, "mlp_bias": True},
+    {**LLAMA_TINY, "num_key_value_heads": LLAMA_TINY["num_attention_heads"]},
+    {**LLAMA_TINY, "model_type": "qwen2"},
+    {**LLAMA_TINY, "model_type": "qwen3", "head_dim": 48},
+    {**LLAMA_TINY, "model_type": "mistral", "head_dim": 24, "tie_word_embeddings": False},
+    {**LLAMA_TINY, "vocab_size": 1001, "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+     "head_dim": None, "intermediate_size": 250},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", ODD_CONFIGS, ids=["tiny", "biases", "mha", "qwen2", "qwen3", "mistral", "odd"])
+def test_closed_form_sdpa_entry_equals_the_trace(config):
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+    meta = count_params(config)
+    meta.pop("built_with")
+    assert {k: v for k, v in analytic_table(config).items() if k != "built_with"} == meta
+
+
+def test_a_bf16_plan_of_an_architecture_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ODD_CONFIGS[-1]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
 
 
 def test_a_config_path_of_a_catalog_architecture_plans_without_torch(tmp_path):

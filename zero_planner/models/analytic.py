@@ -3,6 +3,7 @@ from the catalog: a config.json or a model folder of a known architecture plans 
 
     analytic_table(config)        -> spec.count_params(config) without its "built_with", or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
+    sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
 
 Covered: the dense decoders whose Hugging Face modules are `LlamaForCausalLM`'s (llama, mistral, qwen2, qwen3):
 embedding, per layer q/k/v/o projections, a gated MLP (gate, up, down) and two RMSNorms (qwen3 adds q/k
@@ -16,7 +17,9 @@ not depend on num_hidden_layers, nor on keys that only set numerics, positions o
 sliding windows: a mask is never saved for backward). Two configs that agree on everything else keep the same
 tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hub's config.json of a catalog
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
-the benchmark configs and compares.
+the benchmark configs and compares. Any other covered config gets the entry a 16-bit plan reads from
+sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config); the other entries are
+traced when read (models/trace_cache.py).
 """
 
 from __future__ import annotations
@@ -204,3 +207,32 @@ def catalog_activations(config: dict[str, Any]) -> dict[str, Any] | None:
 
     slug = catalog_twin(config)
     return None if slug is None else _catalog()[slug]["params"]["activations"]
+
+
+def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
+    """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
+    models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered.
+
+    Per decoder layer: two RMSNorms keep their fp32 input (4h), the fp32 rsqrt of each row (4) and the 16-bit
+    normalised input of the weight multiply (2h); q/k/v keep their input (h), the SDPA kernels keep q, k, v, the
+    output and an fp32 logsumexp per head (4 * heads), o_proj its own copy of the output (q); the gated MLP keeps
+    its input, gate, act(gate), up and their product (h + 4i). qwen3's q/k RMSNorms keep the same three per head
+    row. Outside the layers: the final RMSNorm, lm_head's input (h), the fp32 logits (4V), rotary cos and sin
+    (16-bit, head_dim each, shared by all layers), the int64 input ids of the embedding and the shifted labels of
+    the loss (8 + 8), and per sequence the labels' padding element and the loss's fp32 total weight (12 bytes),
+    which the traced per-token figure spreads over the TRACE_SEQ[0]-token trace.
+    """
+    from zero_planner.models.activations import TRACE_SEQ
+
+    c = _resolved(config)
+    if c is None:
+        return None
+    h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    q, kv = heads * hd, kv_heads * hd
+    norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
+    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + 2 * (h + 4 * i)
+    if FAMILIES[c["model_type"]].qk_norm:
+        layer += 6 * (q + kv) + 4 * (heads + kv_heads)
+    rest = norm + 2 * h + 4 * v + 2 * 2 * hd + 8 + 8 + 12 / TRACE_SEQ[0]
+    return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}

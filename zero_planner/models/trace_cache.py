@@ -4,7 +4,9 @@
 
 Catalog models carry their tables in the package, and so, in effect, does a llama-style config of a catalog
 architecture (models/analytic.py: counted from the config, the catalog's traced activations; no cache, no
-torch). Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing torch and transformers, then one build per traced run. Here the
+torch); other llama-style configs are counted the same way and get the 16-bit SDPA entry in closed form.
+Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing
+torch and transformers, then one build per traced run. Here the
 counts are stored the first time, and each activation entry (one dtype and attention implementation: four runs;
 one dtype of the LoRA table: ten runs, and peft) is traced the first time the memory model reads it, then
 stored too. A plan traces only what it reads (bf16 with SDPA: four runs, no peft), and the next plan of the
@@ -27,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from zero_planner.models.analytic import analytic_table, catalog_activations
+from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
 from zero_planner.models.activations import (
     attention_coefficients,
     closed_form_coefficients,
@@ -112,6 +114,12 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
     if not isinstance(table, dict):
         table = counted or count_params(config, name)
         store.data = {"table": table}
+        store.save()
+    acts = store.data.setdefault("activations", {"method": "traced"})
+    if counted is not None and acts.get("method") == "traced" and "sdpa" not in acts.get("16bit", {}):
+        # The entry a 16-bit plan reads, from the closed form that equals the trace (models/analytic.py): such a
+        # plan imports no torch; the other entries are traced when read.
+        acts.setdefault("16bit", {})["sdpa"] = sdpa_16bit_activations(config)
         store.save()
     return with_activations(table, TracedActivations(config, table["architecture"], store))
 
