@@ -164,14 +164,24 @@ def _fake_torch(count: int, name: str = "", total: int = 0):
 
 
 def test_parse_gpus_auto_without_gpus(monkeypatch):
-    monkeypatch.setattr(hardware, "_nvml_devices", lambda: None)  # no NVIDIA driver: torch decides
+    monkeypatch.setattr(hardware, "_nvml_devices", lambda: None)  # no NVML (ROCm?): torch decides
+    monkeypatch.setattr(hardware, "_gpu_device_nodes", lambda: True)
     monkeypatch.setitem(__import__("sys").modules, "torch", _fake_torch(0))
     with pytest.raises(InputError, match="--gpus"):
         parse_gpus("auto")
 
 
+def test_parse_gpus_auto_without_a_gpu_driver_asks_no_torch(monkeypatch):
+    monkeypatch.setattr(hardware, "_nvml_devices", lambda: None)
+    monkeypatch.setattr(hardware, "_gpu_device_nodes", lambda: False)
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # importing torch would fail
+    with pytest.raises(InputError, match="found no CUDA GPU"):
+        parse_gpus("auto")
+
+
 def test_parse_gpus_auto_reads_the_local_gpus(monkeypatch):
     monkeypatch.setattr(hardware, "_nvml_devices", lambda: None)
+    monkeypatch.setattr(hardware, "_gpu_device_nodes", lambda: True)
     monkeypatch.setitem(__import__("sys").modules, "torch", _fake_torch(8, "NVIDIA H100 80GB HBM3", 85017493504))
     monkeypatch.setattr(hardware, "_detected_host_memory_bytes", lambda: 2048 * GiB)
     cluster = parse_gpus("auto")
@@ -209,6 +219,7 @@ def test_parse_gpus_auto_asks_nvml_not_torch(monkeypatch, visible, count):
 ])  # fmt: skip
 def test_parse_gpus_auto_falls_back_to_torch(monkeypatch, nvml, visible):
     monkeypatch.setattr(hardware, "_nvml_devices", lambda: nvml)
+    monkeypatch.setattr(hardware, "_gpu_device_nodes", lambda: True)
     monkeypatch.setitem(__import__("sys").modules, "torch", _fake_torch(2, "NVIDIA A100-SXM4-80GB", 85094825984))
     monkeypatch.setattr(hardware, "_detected_host_memory_bytes", lambda: 512 * GiB)
     if visible is None:

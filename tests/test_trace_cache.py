@@ -33,7 +33,9 @@ def _cached(directory) -> dict:
 MIXTRAL_TINY = json.loads((ROOT / "benchmarks" / "model_configs" / "mixtral-8e-tiny.json").read_text())
 
 
-@pytest.mark.parametrize("config, untraceable", [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (LLAMA_TINY, True)],
+# closed-form: a model the tracer cannot run (mixtral, not llama: a llama config's 16-bit SDPA entry comes from
+# models/analytic.py without a trace, so its table never falls back)
+@pytest.mark.parametrize("config, untraceable", [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (MIXTRAL_TINY, True)],
                          ids=["dense", "moe", "closed-form"])  # fmt: skip
 def test_lazy_table_equals_the_eager_one(cache, monkeypatch, config, untraceable):
     if untraceable:  # as a model the meta device cannot run: both fall back to the closed form
@@ -52,8 +54,9 @@ def test_lazy_table_equals_the_eager_one(cache, monkeypatch, config, untraceable
 def test_counts_equal_param_table(cache):
     table = trace_cache.cached_table(LLAMA_TINY)
     eager = param_table(LLAMA_TINY)
-    assert {k: v for k, v in table.items() if k != "activations"} == {
-        k: v for k, v in eager.items() if k != "activations"
+    # built_with differs: a llama config is counted by models/analytic.py, which says so there
+    assert {k: v for k, v in table.items() if k not in ("activations", "built_with")} == {
+        k: v for k, v in eager.items() if k not in ("activations", "built_with")
     }
     assert list(table) == list(eager)  # same key order as the catalog files
 
@@ -77,7 +80,7 @@ def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
 
 def test_second_plan_of_a_config_imports_no_heavy_library(cache, tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(LLAMA_TINY))
+    config.write_text(json.dumps(MIXTRAL_TINY))  # not llama: a llama config plans without torch the first time
     code = f"from zero_planner.cli import main\nmain(['--model', {str(config)!r}, '--gpus', '1xA100-80GB', '--json'])"
     assert "torch" in heavy_modules_after(code)  # the first counts and traces on the meta device
     assert heavy_modules_after(code) == []  # the second reads the cache
@@ -85,7 +88,7 @@ def test_second_plan_of_a_config_imports_no_heavy_library(cache, tmp_path):
 
 def test_normal_plan_of_a_config_imports_no_peft_or_bitsandbytes(cache, tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(LLAMA_TINY))
+    config.write_text(json.dumps(MIXTRAL_TINY))  # traced on the meta device (a llama config would not be)
     program = (
         "import sys\nfrom zero_planner.cli import main\n"
         f"main(['--model', {str(config)!r}, '--gpus', '1xA100-80GB'])\n"

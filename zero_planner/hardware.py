@@ -235,10 +235,11 @@ def _local_cluster(host_bytes: int | None) -> Cluster:
     """Returns a one-node Cluster of this machine's CUDA GPUs (all of device 0's type).
 
     Asks the driver through NVML first (milliseconds, no CUDA context); torch only where NVML cannot answer
-    for what CUDA would see (no NVML, MIG, GPUs named by UUID in CUDA_VISIBLE_DEVICES, mixed types)."""
+    for what CUDA would see (no NVML, MIG, GPUs named by UUID in CUDA_VISIBLE_DEVICES, mixed types) and a GPU
+    driver is there at all (a CPU-only machine answers "no GPU" without importing torch)."""
     devices = _visible_devices(_nvml_devices())
     if devices is None:
-        devices = _torch_devices()
+        devices = _torch_devices() if _gpu_device_nodes() else []
     if not devices:
         raise InputError(f"--gpus auto found no CUDA GPU on this machine; pass --gpus explicitly ({GPU_SPEC_FORMS})")
     name, memory_bytes = devices[0]
@@ -248,6 +249,15 @@ def _local_cluster(host_bytes: int | None) -> Cluster:
     source = "given" if host_bytes is not None else "detected"
     host = host_bytes if host_bytes is not None else _detected_host_memory_bytes()
     return Cluster(gpu, 1, len(devices), host, cpu_memory_source=source)
+
+
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+"""Device files a GPU driver creates: NVIDIA, AMD ROCm, WSL2. Without any, CUDA and ROCm find no GPU."""
+
+
+def _gpu_device_nodes() -> bool:
+    """Returns whether this machine has a GPU driver's device file: without one, asking torch (seconds) is moot."""
+    return any(os.path.exists(node) for node in GPU_DEVICE_NODES)
 
 
 def _torch_devices() -> list[tuple[str, int]]:

@@ -2,8 +2,11 @@
 
     cached_table(config, name) -> param_table(config), its "activations" a TracedActivations
 
-Catalog models carry their tables in the package. Anything else (a config.json, a folder, a hub id) is built on
-the meta device, which costs seconds: importing torch and transformers, then one build per traced run. Here the
+Catalog models carry their tables in the package, and so, in effect, does a llama-style config of a catalog
+architecture (models/analytic.py: counted from the config, the catalog's traced activations; no cache, no
+torch); other llama-style configs are counted the same way and get the 16-bit SDPA entry in closed form.
+Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing
+torch and transformers, then one build per traced run. Here the
 counts are stored the first time, and each activation entry (one dtype and attention implementation: four runs;
 one dtype of the LoRA table: ten runs, and peft) is traced the first time the memory model reads it, then
 stored too. A plan traces only what it reads (bf16 with SDPA: four runs, no peft), and the next plan of the
@@ -12,7 +15,7 @@ same config imports neither torch nor transformers. The values are those of mode
 
 Where: $ZERO_PLANNER_CACHE_DIR, else $XDG_CACHE_HOME/zero-planner, else ~/.cache/zero-planner; one JSON file per
 config, named by a hash of the config, the torch, transformers and peft versions, and the source of the
-counting code (models/spec.py, models/activations.py, modeling.py), so that an upgrade or a change to the tracer
+counting code (models/spec.py, models/analytic.py, models/activations.py, modeling.py), so that an upgrade or a change to the tracer
 counts again. A cache that cannot be read or written is ignored: the plan is the same, only slower.
 """
 
@@ -26,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
 from zero_planner.models.activations import (
     attention_coefficients,
     closed_form_coefficients,
@@ -35,7 +39,7 @@ from zero_planner.models.activations import (
 from zero_planner.quiet import quiet_libraries
 
 CACHE_DIR_ENV = "ZERO_PLANNER_CACHE_DIR"
-CODE_FILES = ("models/spec.py", "models/activations.py", "modeling.py")
+CODE_FILES = ("models/spec.py", "models/analytic.py", "models/activations.py", "modeling.py")
 """The package's files whose source is part of the cache key: what counts parameters and traces activations."""
 KEYED_DISTRIBUTIONS = ("torch", "transformers", "peft")
 WIDTHS = {"16bit": "bfloat16", "fp32": "float32"}
@@ -100,11 +104,22 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
     Raises InputError (from the count) when transformers cannot build the model; failures are not cached."""
     from zero_planner.models.spec import count_params, with_activations
 
+    counted = analytic_table(config)  # llama-style configs: counted from the config, no torch
+    if counted is not None:
+        borrowed = catalog_activations(config)  # the same architecture is in the catalog, traced
+        if borrowed is not None:
+            return with_activations(counted, borrowed)
     store = _Store(cache_dir() / "models" / f"{cache_key(config)}.json")
     table = store.data.get("table")
     if not isinstance(table, dict):
-        table = count_params(config, name)
+        table = counted or count_params(config, name)
         store.data = {"table": table}
+        store.save()
+    acts = store.data.setdefault("activations", {"method": "traced"})
+    if counted is not None and acts.get("method") == "traced" and "sdpa" not in acts.get("16bit", {}):
+        # The entry a 16-bit plan reads, from the closed form that equals the trace (models/analytic.py): such a
+        # plan imports no torch; the other entries are traced when read.
+        acts.setdefault("16bit", {})["sdpa"] = sdpa_16bit_activations(config)
         store.save()
     return with_activations(table, TracedActivations(config, table["architecture"], store))
 

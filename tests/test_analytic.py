@@ -1,0 +1,131 @@
+"""models/analytic.py: llama-style configs counted from config.json agree exactly with the meta-device count,
+and the activation table borrowed from a catalog twin is the one the tracer gives for that config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import LLAMA_TINY, ROOT, heavy_modules_after
+
+from zero_planner.models.activations import attention_coefficients
+from zero_planner.models.analytic import (
+    FAMILIES,
+    analytic_table,
+    catalog_activations,
+    catalog_twin,
+    sdpa_16bit_activations,
+)
+from zero_planner.models.spec import _catalog, count_params
+
+BENCHMARK_CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "benchmarks" / "model_configs").glob("*.json"))}
+CONFIGS = {**BENCHMARK_CONFIGS, **{slug: entry["config"] for slug, entry in _catalog().items()}}
+COVERED = sorted(name for name, config in CONFIGS.items() if config["model_type"] in FAMILIES)
+
+
+def test_every_config_of_a_covered_type_is_counted():
+    assert len(COVERED) >= 30
+    assert [name for name in COVERED if analytic_table(CONFIGS[name]) is None] == []
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_analytic_table_equals_the_meta_device_count(name):
+    analytic, meta = analytic_table(CONFIGS[name]), count_params(CONFIGS[name], name)
+    assert analytic.pop("built_with") == {"analytic": "zero_planner.models.analytic"}
+    meta.pop("built_with")
+    assert analytic == meta
+    assert list(analytic) == list(meta)  # same key order: cached tables and catalog files stay stable
+
+
+def test_catalog_twins_share_their_activation_tables():
+    for slug, entry in _catalog().items():
+        borrowed = catalog_activations(entry["config"])
+        if entry["config"]["model_type"] in FAMILIES:
+            assert borrowed == entry["params"]["activations"], (slug, catalog_twin(entry["config"]))
+        else:
+            assert borrowed is None
+
+
+TWINNED = [name for name, config in BENCHMARK_CONFIGS.items() if catalog_twin(config) is not None]
+
+
+@pytest.mark.parametrize("name", TWINNED)
+def test_borrowed_activations_equal_the_trace(name):
+    """Other layer counts (mistral-7b-8l), absent defaults and rope keys do not change what a layer keeps."""
+    config, borrowed = BENCHMARK_CONFIGS[name], catalog_activations(BENCHMARK_CONFIGS[name])
+    for key, dtype in (("16bit", "bfloat16"), ("fp32", "float32")):
+        for attn in ("sdpa", "eager"):
+            assert attention_coefficients(config, dtype, attn) == borrowed[key][attn], (key, attn)
+
+
+def test_twins_of_the_benchmark_configs():
+    assert {name: catalog_twin(BENCHMARK_CONFIGS[name]) for name in TWINNED} == {
+        "llama3.2-1b.json": "llama-3.2-1b", "llama3.2-3b.json": "llama-3.2-3b", "mistral-7b-8l.json": "mistral-7b-v0.1",
+        "qwen2.5-0.5b.json": "qwen2.5-0.5b", "qwen2.5-1.5b.json": "qwen2.5-1.5b", "qwen3-1.7b.json": "qwen3-1.7b",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"model_type": "mixtral"}, {"quantization_config": {"load_in_4bit": True}}, {"auto_map": {"AutoModel": "x.Y"}},
+     {"pretraining_tp": 2}, {"hidden_size": 130, "num_attention_heads": 3, "head_dim": None},
+     {"num_key_value_heads": 3}, {"hidden_size": "64"}],
+    ids=["other-type", "quantized", "remote-code", "tp", "indivisible-heads", "odd-kv-groups", "string-size"],
+)  # fmt: skip
+def test_what_it_does_not_describe_is_left_to_transformers(change):
+    assert analytic_table({**LLAMA_TINY, **change}) is None
+
+
+def test_other_vocabularies_and_widths_have_no_twin():
+    config = BENCHMARK_CONFIGS["llama3.2-1b.json"]
+    assert catalog_twin({**config, "num_hidden_layers": 4, "rope_theta": 1.0}) == "llama-3.2-1b"
+    assert catalog_twin({**config, "vocab_size": 128258}) is None  # a fine-tune that added tokens: traced
+    assert catalog_twin({**config, "attention_dropout": 0.1}) is None  # dropout keeps masks
+
+
+def test_closed_form_sdpa_entry_equals_the_catalog_trace():
+    for slug in COVERED:
+        if slug in _catalog():
+            assert sdpa_16bit_activations(CONFIGS[slug]) == _catalog()[slug]["params"]["activations"]["16bit"]["sdpa"]
+
+
+# Shapes the catalog does not have: biases, multi-head attention, head_dim apart from hidden / heads, odd sizes.
+ODD_CONFIGS = [
+    LLAMA_TINY,
+    {**LLAMA_TINY, "attention_bias": True, "mlp_bias": True},
+    {**LLAMA_TINY, "num_key_value_heads": LLAMA_TINY["num_attention_heads"]},
+    {**LLAMA_TINY, "model_type": "qwen2"},
+    {**LLAMA_TINY, "model_type": "qwen3", "head_dim": 48},
+    {**LLAMA_TINY, "model_type": "mistral", "head_dim": 24, "tie_word_embeddings": False},
+    {**LLAMA_TINY, "vocab_size": 1001, "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+     "head_dim": None, "intermediate_size": 250},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", ODD_CONFIGS, ids=["tiny", "biases", "mha", "qwen2", "qwen3", "mistral", "odd"])
+def test_closed_form_sdpa_entry_equals_the_trace(config):
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+    meta = count_params(config)
+    meta.pop("built_with")
+    assert {k: v for k, v in analytic_table(config).items() if k != "built_with"} == meta
+
+
+def test_a_bf16_plan_of_an_architecture_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ODD_CONFIGS[-1]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
+
+
+def test_a_config_path_of_a_catalog_architecture_plans_without_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BENCHMARK_CONFIGS["mistral-7b-8l.json"]))
+    code = (
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
