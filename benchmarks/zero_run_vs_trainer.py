@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from zero_planner import cli
     from zero_planner.launch import main as zero_run
+    from zero_planner.memory import ALLOC_CONF
     from zero_planner.plan import load_plan
 
     work = Path(args.work_dir) if args.work_dir else Path(os.environ.get("TMPDIR", "/tmp")) / f"zrvt-{os.getpid()}"
@@ -281,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             status = zero_run([str(plan_path), "--output-dir", str(run_dir)])
             if status == 0:
                 report = json.loads((run_dir / "run_report.json").read_text())
-                out.write_text(json.dumps({"losses": report["losses"], "tokens_per_second": report["tokens_per_second"]}))
+                out.write_text(json.dumps({"losses": report["losses"], "step_times_s": report.get("step_times_s"),
+                                           "tokens_per_second": report["tokens_per_second"]}))  # fmt: skip
         else:
             status = launch(plan_path, name, out, world, env)
         wall_s = time.perf_counter() - started
@@ -307,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                   plan.training.gradient_accumulation_steps, "seq_len": plan.training.seq_len,
                   "gradient_checkpointing": plan.training.gradient_checkpointing, "precision": plan.training.precision,
                   "steps": args.steps, "lr": args.lr, "dataset": plan.training.dataset,
+                  # zero-run sets memory.ALLOC_CONF unless one is exported; the other two run with the caller's.
+                  # Export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to give all three the same allocator.
+                  "pytorch_cuda_alloc_conf": {"zero-run": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF),
+                                              "others": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")} if on_cuda else None,
                   "deepspeed_config": plan.deepspeed_config},  # fmt: skip
         "runs": runs,
         "summary": summary,
