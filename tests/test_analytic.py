@@ -169,7 +169,28 @@ def test_other_layouts_equal_the_meta_device_count_on_odd_shapes(name):
     meta = count_params(config, name)
     meta.pop("built_with")
     assert {k: v for k, v in analytic_table(config).items() if k != "built_with"} == meta
-    assert catalog_twin(config) is None and sdpa_16bit_activations(config) is None  # traced when read
+    assert catalog_twin(config) is None
+    if not FAMILIES[config["model_type"]].closed_form or name == "phi3-dropout":
+        assert sdpa_16bit_activations(config) is None  # traced when read
+
+
+PHI3_SHAPES = {
+    "gqa": ODD_LAYOUTS["phi3-gqa"],
+    "mha-odd": {**ODD_LAYOUTS["phi3-gqa"], "hidden_size": 96, "num_key_value_heads": 6, "intermediate_size": 77},
+    "longrope": {**ODD_LAYOUTS["phi3-gqa"], "max_position_embeddings": 8192, "original_max_position_embeddings": 4096,
+                 "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}},
+    "partial-rotary": {**ODD_LAYOUTS["phi3-gqa"], "partial_rotary_factor": 0.5},
+    "partial-rotary-in-rope": {**ODD_LAYOUTS["phi3-gqa"], "rope_scaling": {"rope_type": "default",
+                                                                           "partial_rotary_factor": 0.75}},
+    "gelu": {**ODD_LAYOUTS["phi3-gqa"], "hidden_act": "gelu"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PHI3_SHAPES))
+def test_closed_form_sdpa_entry_of_phi3_equals_the_trace(name):
+    """Fused qkv_proj and gate_up_proj keep what llama's separate projections keep; cos and sin are as wide as
+    the rotary dimensions."""
+    assert sdpa_16bit_activations(PHI3_SHAPES[name]) == attention_coefficients(PHI3_SHAPES[name], "bfloat16", "sdpa")
 
 
 NOT_DESCRIBED = {
@@ -196,3 +217,14 @@ def test_a_config_path_of_a_catalog_phi3_gemma2_or_gpt2_plans_without_torch(tmp_
         path.write_text(json.dumps(BENCHMARK_CONFIGS[name]))
         lines.append(f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])")
     assert heavy_modules_after("\n".join(lines) + "\n") == []
+
+
+def test_a_bf16_plan_of_a_phi3_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PHI3_SHAPES["partial-rotary"]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []

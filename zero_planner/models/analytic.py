@@ -90,7 +90,7 @@ FAMILIES = {
     "phi3": _Family({**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
                      "num_attention_heads": 32, "max_position_embeddings": 4096, "resid_pdrop": 0.0,
                      "embd_pdrop": 0.0, "partial_rotary_factor": 1.0, "pad_token_id": 32000},
-                    layout="phi3"),  # fmt: skip
+                    layout="phi3", closed_form=True),  # fmt: skip
     "mixtral": _Family({**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
                         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                         "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": False,
@@ -144,6 +144,9 @@ def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
     if family.layout == "gpt2" and (_GPT2_ALIASES & config.keys() or config.get("add_cross_attention")):
         return None
     c = {**family.defaults, **{k: v for k, v in config.items() if v is not None or k not in family.defaults}}
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if family.layout == "phi3" and isinstance(rope, dict) and "partial_rotary_factor" in rope:
+        c["partial_rotary_factor"] = rope["partial_rotary_factor"]  # Phi3Config takes the rope dict's first
     if family.layout == "gpt2":
         if not all(type(c.get(k)) is int and c[k] > 0 for k in ("n_embd", "n_head", "n_layer", "n_positions")):
             return None
@@ -337,6 +340,10 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
     models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered.
 
+    phi3 keeps the same tensors (its fused qkv_proj and gate_up_proj outputs are split into the same widths), with
+    cos and sin over the rotary dimensions only (partial_rotary_factor); a phi3 with dropout (resid_pdrop,
+    embd_pdrop) keeps masks besides and is traced.
+
     Per decoder layer: two RMSNorms keep their fp32 input (4h), the fp32 rsqrt of each row (4) and the 16-bit
     normalised input of the weight multiply (2h); q/k/v keep their input (h), the SDPA kernels keep q, k, v, the
     output and an fp32 logsumexp per head (4 * heads), o_proj its own copy of the output (q); the gated MLP keeps
@@ -352,11 +359,17 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     if c is None or not FAMILIES[c["model_type"]].closed_form:
         return None
     h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    rotary = hd  # width of cos and sin
+    if FAMILIES[c["model_type"]].layout == "phi3":
+        if c["resid_pdrop"] or c["embd_pdrop"] or not isinstance(c["partial_rotary_factor"], (int, float)):
+            return None
+        # cos and sin: inv_freq over every other rotary dimension, concatenated twice (modeling_rope_utils.py)
+        rotary = 2 * len(range(0, int(hd * c["partial_rotary_factor"]), 2))
     heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
     q, kv = heads * hd, kv_heads * hd
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
     layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + 2 * (h + 4 * i)
     if FAMILIES[c["model_type"]].qk_norm:
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
-    rest = norm + 2 * h + 4 * v + 2 * 2 * hd + 8 + 8 + 12 / TRACE_SEQ[0]
+    rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
