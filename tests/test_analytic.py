@@ -228,3 +228,43 @@ def test_a_bf16_plan_of_a_phi3_outside_the_catalog_imports_no_torch(tmp_path):
         f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
     )
     assert heavy_modules_after(code) == []
+
+
+_MOE = {"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+        "num_experts_per_tok": 2}  # fmt: skip
+MIXTRAL_SHAPES = {
+    "8e-tiny": BENCHMARK_CONFIGS["mixtral-8e-tiny.json"],
+    "3e-top3": {**_MOE, "num_local_experts": 3, "num_experts_per_tok": 3},
+    "5e-top1-wide": {**_MOE, "hidden_size": 96, "intermediate_size": 136, "num_local_experts": 5,
+                     "num_experts_per_tok": 1},
+    "mha-head-dim-tied": {**_MOE, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 7,
+                          "tie_word_embeddings": True},
+    "16e-top4": {**_MOE, "num_local_experts": 16, "num_experts_per_tok": 4},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MIXTRAL_SHAPES))
+def test_closed_form_sdpa_entry_of_mixtral_equals_the_trace(name):
+    """Routing tensors per routed copy, the fp32 router softmax per token, the group offsets per micro-batch."""
+    config = MIXTRAL_SHAPES[name]
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+
+
+@pytest.mark.parametrize(
+    "change", [{"intermediate_size": 100}, {"router_jitter_noise": 0.1}, {"output_router_logits": True}],
+    ids=["unaligned-for-grouped-mm", "jitter", "aux-loss"],
+)  # fmt: skip
+def test_mixtral_shapes_the_closed_form_does_not_describe_are_traced(change):
+    assert sdpa_16bit_activations({**_MOE, **change}) is None
+
+
+def test_a_bf16_plan_of_a_mixtral_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BENCHMARK_CONFIGS["mixtral-8e-tiny.json"]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []

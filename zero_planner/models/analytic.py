@@ -95,7 +95,7 @@ FAMILIES = {
                         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                         "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": False,
                         "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0},
-                       layout="mixtral", keys=frozenset({"num_local_experts"})),  # fmt: skip
+                       layout="mixtral", keys=frozenset({"num_local_experts"}), closed_form=True),  # fmt: skip
     "gemma2": _Family({**_COMMON, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                        "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
@@ -340,6 +340,16 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
     models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered.
 
+    mixtral (transformers' grouped_mm experts, integrations/moe.py) keeps, in place of the dense MLP's 2(h + 4i):
+    the router's input (h, shared with the norm), the fp32 softmax of the router logits (4E) and the top-k
+    weights' sum that divides them (4); per routed copy of the token (top-k of them) its gathered input and the
+    down projection's output (2h + 2h), the gated MLP inside the expert (8i, as the dense one), and 40 bytes of
+    routing (top-k indices, the sort's permutation, its // k gather index and inverse, int64 8 each; the fp32
+    weight and its gathered copy, 4 each); and per micro-batch 6 bytes per expert (the group offsets; spread over
+    the trace's tokens like the loss's 12). Where the meta device cannot run the grouped matmuls (h or i not a
+    multiple of 8: 16-byte strides), the whole table is the closed form of activations.py, so None here; router
+    jitter noise and router logits in the loss keep more, so None too.
+
     phi3 keeps the same tensors (its fused qkv_proj and gate_up_proj outputs are split into the same widths), with
     cos and sin over the rotary dimensions only (partial_rotary_factor); a phi3 with dropout (resid_pdrop,
     embd_pdrop) keeps masks besides and is traced.
@@ -367,8 +377,14 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
         rotary = 2 * len(range(0, int(hd * c["partial_rotary_factor"]), 2))
     heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
     q, kv = heads * hd, kv_heads * hd
+    mlp = 2 * (h + 4 * i)  # input, gate, act(gate), up, their product
+    if FAMILIES[c["model_type"]].layout == "mixtral":
+        e, k = c["num_local_experts"], c["num_experts_per_tok"]
+        if h % 8 or i % 8 or k > e or c["router_jitter_noise"] or c["output_router_logits"]:
+            return None
+        mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 6 * e / TRACE_SEQ[0]
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
-    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + 2 * (h + 4 * i)
+    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + mlp
     if FAMILIES[c["model_type"]].qk_norm:
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
     rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
