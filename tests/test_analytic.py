@@ -246,7 +246,7 @@ MIXTRAL_SHAPES = {
 
 @pytest.mark.parametrize("name", sorted(MIXTRAL_SHAPES))
 def test_closed_form_sdpa_entry_of_mixtral_equals_the_trace(name):
-    """Routing tensors per routed copy, the fp32 router softmax per token, the group offsets per micro-batch."""
+    """Routing tensors per routed copy, the fp32 router softmax per token, the int32 group offsets per micro-batch."""
     config = MIXTRAL_SHAPES[name]
     assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
 

@@ -345,8 +345,9 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     weights' sum that divides them (4); per routed copy of the token (top-k of them) its gathered input and the
     down projection's output (2h + 2h), the gated MLP inside the expert (8i, as the dense one), and 40 bytes of
     routing (top-k indices, the sort's permutation, its // k gather index and inverse, int64 8 each; the fp32
-    weight and its gathered copy, 4 each); and per micro-batch 6 bytes per expert (the group offsets; spread over
-    the trace's tokens like the loss's 12). Where the meta device cannot run the grouped matmuls (h or i not a
+    weight and its gathered copy, 4 each); and per micro-batch the grouped matmuls' int32 offsets (4E bytes, one
+    storage for both), which the trace's fit over its two lengths reports per token as 4E / TRACE_SEQ[0] +
+    4E / TRACE_SEQ[1]. Where the meta device cannot run the grouped matmuls (h or i not a
     multiple of 8: 16-byte strides), the whole table is the closed form of activations.py, so None here; router
     jitter noise and router logits in the loss keep more, so None too.
 
@@ -382,7 +383,7 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
         e, k = c["num_local_experts"], c["num_experts_per_tok"]
         if h % 8 or i % 8 or k > e or c["router_jitter_noise"] or c["output_router_logits"]:
             return None
-        mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 6 * e / TRACE_SEQ[0]
+        mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 4 * e * (1 / TRACE_SEQ[0] + 1 / TRACE_SEQ[1])
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
     layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + mlp
     if FAMILIES[c["model_type"]].qk_norm:
