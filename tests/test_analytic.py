@@ -268,3 +268,43 @@ def test_a_bf16_plan_of_a_mixtral_outside_the_catalog_imports_no_torch(tmp_path)
         f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
     )
     assert heavy_modules_after(code) == []
+
+
+_GPT2 = {**BENCHMARK_CONFIGS["gpt2-medium.json"], "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000,
+         "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+GPT2_SHAPES = {
+    "medium": BENCHMARK_CONFIGS["gpt2-medium.json"],
+    "small-default-dropout": _GPT2,
+    "inner-odd": {**_GPT2, "n_embd": 96, "n_head": 6, "n_inner": 100, "vocab_size": 1001, "n_positions": 77},
+    "no-dropout": {**_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+    "embedding-dropout-only": {**_GPT2, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.2},
+    "untied": {**_GPT2, "tie_word_embeddings": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(GPT2_SHAPES))
+def test_closed_form_sdpa_entry_of_gpt2_equals_the_trace(name):
+    """LayerNorm mean and rstd, q as a view of c_attn's output, gelu_new's four tensors, 1-byte dropout masks."""
+    config = GPT2_SHAPES[name]
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"activation_function": "gelu"}, {"reorder_and_upcast_attn": True}, {"scale_attn_by_inverse_layer_idx": True}],
+    ids=["gelu", "upcast", "layer-idx"],
+)  # fmt: skip
+def test_gpt2_options_the_closed_form_does_not_describe_are_traced(change):
+    assert sdpa_16bit_activations({**_GPT2, **change}) is None
+    assert analytic_table({**_GPT2, **change}) is not None  # still counted from the config
+
+
+def test_a_bf16_plan_of_a_gpt2_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**BENCHMARK_CONFIGS["gpt2-medium.json"], "vocab_size": 50260}))  # added tokens
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []

@@ -26,10 +26,10 @@ not depend on num_hidden_layers, nor on keys that only set numerics, positions o
 sliding windows: a mask is never saved for backward). Two configs that agree on everything else keep the same
 tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hub's config.json of a catalog
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
-the benchmark configs and compares. Any other llama-style config gets the entry a 16-bit plan reads from
-sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config); the other entries, and
-every entry of the other layouts (no closed form checked against their traces), are traced when read
-(models/trace_cache.py).
+the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral or gpt2 gets the entry
+a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config
+of each type; options it was not checked against return None); the other entries, and every entry of a gemma2
+(its plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
 """
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ FAMILIES = {
                      "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1,
                      "attn_pdrop": 0.1, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
                      "reorder_and_upcast_attn": False, "add_cross_attention": False, "tie_word_embeddings": True},
-                    layout="gpt2", neutral=frozenset({"n_layer", "n_positions", "n_ctx", "summary_type",
-                                                      "summary_use_proj", "summary_activation",
-                                                      "summary_proj_to_labels", "summary_first_dropout",
-                                                      "layer_norm_epsilon"})),  # fmt: skip
+                    layout="gpt2", closed_form=True,
+                    neutral=frozenset({"n_layer", "n_positions", "n_ctx", "summary_type", "summary_use_proj",
+                                       "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+                                       "layer_norm_epsilon"})),  # fmt: skip
 }
 
 # Keys that change no tensor's shape and nothing autograd keeps: metadata, token ids, numerics of the norm and
@@ -338,7 +338,8 @@ def catalog_activations(config: dict[str, Any]) -> dict[str, Any] | None:
 
 def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
-    models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered.
+    models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered
+    (gemma2, and options of the other layouts named below). gpt2: _gpt2_sdpa_16bit.
 
     mixtral (transformers' grouped_mm experts, integrations/moe.py) keeps, in place of the dense MLP's 2(h + 4i):
     the router's input (h, shared with the norm), the fp32 softmax of the router logits (4E) and the top-k
@@ -377,6 +378,8 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
         # cos and sin: inv_freq over every other rotary dimension, concatenated twice (modeling_rope_utils.py)
         rotary = 2 * len(range(0, int(hd * c["partial_rotary_factor"]), 2))
     heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    if FAMILIES[c["model_type"]].layout == "gpt2":
+        return _gpt2_sdpa_16bit(c)
     q, kv = heads * hd, kv_heads * hd
     mlp = 2 * (h + 4 * i)  # input, gate, act(gate), up, their product
     if FAMILIES[c["model_type"]].layout == "mixtral":
@@ -389,4 +392,30 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     if FAMILIES[c["model_type"]].qk_norm:
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
     rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
+    return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
+
+
+def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
+    """Returns sdpa_16bit_activations for a resolved gpt2 config, or None for an activation or attention option
+    the closed form was not checked against (tests/test_analytic.py traces the catalog GPT-2s and odd shapes).
+
+    Per block: two LayerNorms keep their 16-bit input and fp32 mean and rstd per row (2h + 8 each); c_attn, c_proj,
+    c_fc keep their inputs (2h each), the second c_proj its own (2i); SDPA keeps q (a view of c_attn's whole
+    output: 6h), k and v (their own storages: 2h each), the output and an fp32 logsumexp per head (2h + 4 * heads);
+    gelu_new, written out as 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), keeps four i-wide 16-bit tensors
+    (8i); resid_pdrop keeps a 1-byte mask after each c_proj (h each). Outside the blocks: ln_f (2h + 8), lm_head's
+    input (2h), the fp32 logits (4V), the int64 token and position ids of wte and wpe and the loss's labels (8
+    each), embd_pdrop's mask (h) and per sequence the loss's 12 bytes, as in the llama form.
+    """
+    from zero_planner.models.activations import TRACE_SEQ
+
+    if c["activation_function"] != "gelu_new" or c["scale_attn_by_inverse_layer_idx"] or c["reorder_and_upcast_attn"]:
+        return None
+    h, i, v, heads = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"]
+    norm = 2 * h + 4 + 4  # 16-bit input, fp32 mean, fp32 rstd (bytes per row)
+    masks = h if c["resid_pdrop"] else 0  # one per residual branch
+    attn = 2 * h + 6 * h + 2 * h + 2 * h + 2 * h + 4 * heads + 2 * h  # c_attn in, q, k, v, out, lse, c_proj in
+    mlp = 2 * h + 8 * i + 2 * i  # c_fc in, gelu_new's four, c_proj in
+    layer = 2 * norm + attn + mlp + 2 * masks
+    rest = norm + 2 * h + 4 * v + 8 + 8 + 8 + (h if c["embd_pdrop"] else 0) + 12 / TRACE_SEQ[0]
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
