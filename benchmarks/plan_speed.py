@@ -12,8 +12,8 @@ table) with COLUMNS=100, and records the wall time, the lines on stderr and the 
   another layout), a llama and a mixtral config outside the catalog (llama-tiny, mixtral-8e-tiny: closed-form
   16-bit activations): every run with an empty cache, so each is the first plan of that config; median <
   CONFIG_TARGET_S (models/analytic.py: no torch);
-- a config.json whose activations models/analytic.py neither borrows nor computes (GPT-2 medium with three
-  added tokens: no catalog twin, no closed form for gpt2): the first plan counts it from the config and traces
+- a config.json whose activations models/analytic.py neither borrows nor computes (Gemma 2 2B with three
+  added tokens: no catalog twin, no closed form for gemma2's eager attention): the first plan counts it from the config and traces
   its activations on the meta device (importing torch and transformers), later ones read the cache
   (~/.cache/zero-planner, here a temporary folder); both are printed, the cached median is gated, the first is
   reported against the target;
@@ -61,10 +61,10 @@ CLOSED_FORM_FILE = "llama-tiny.json"
 """A llama config outside the catalog: counted and its 16-bit SDPA activations from the config (models/analytic.py)."""
 CLOSED_FORM_MOE_FILE = "mixtral-8e-tiny.json"
 """A mixtral config outside the catalog: the same, with the mixture-of-experts closed form."""
-TRACED_FILE = "gpt2-medium.json"
-TRACED_CHANGE = {"vocab_size": 50260}
-"""GPT-2 medium with three added tokens: no catalog twin and no closed form, activations traced on the meta
-device the first time."""
+TRACED_FILE = "gemma2-2b.json"
+TRACED_CHANGE = {"vocab_size": 256003}
+"""Gemma 2 2B with three added tokens: no catalog twin and no closed form, activations traced on the meta device
+the first time."""
 CONFIG_GPUS = ["--gpus", "1xA100-80GB"]
 AUTO_MODEL = "meta-llama/Llama-3.2-1B"
 AUTO_TARGET_S = 2.0
