@@ -9,6 +9,7 @@ import json
 import pytest
 from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 
+from zero_planner.errors import InputError
 from zero_planner.models.activations import attention_coefficients
 from zero_planner.models.analytic import (
     FAMILIES,
@@ -201,12 +202,22 @@ NOT_DESCRIBED = {
     "gpt2-cross-attention": _shape("gpt2-medium.json", add_cross_attention=True),
     "gpt2-indivisible": _shape("gpt2-medium.json", n_head=7),
     "moe-other-key": _shape("mixtral-8e-tiny.json", num_experts=4),
-}
+    # LlamaConfig and Gemma2Config want hidden_size divisible by the heads even with head_dim set
+    "gemma2-indivisible": _shape("gemma2-2b.json", hidden_size=80, num_attention_heads=6, num_key_value_heads=3),
+    "llama-indivisible": {**LLAMA_TINY, "hidden_size": 130, "num_attention_heads": 3, "num_key_value_heads": 1,
+                          "head_dim": 40},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(NOT_DESCRIBED))
 def test_what_other_layouts_do_not_describe_is_left_to_transformers(name):
     assert analytic_table(NOT_DESCRIBED[name]) is None
+
+
+@pytest.mark.parametrize("name", ["gemma2-indivisible", "llama-indivisible", "phi3-padding-idx"])
+def test_configs_transformers_rejects_are_not_counted(name):
+    with pytest.raises(InputError):
+        count_params(NOT_DESCRIBED[name], name)
 
 
 def test_a_config_path_of_a_catalog_phi3_gemma2_or_gpt2_plans_without_torch(tmp_path):

@@ -125,6 +125,8 @@ _NEUTRAL = {"_name_or_path", "architectures", "transformers_version", "torch_dty
             "cache_implementation", "task_specific_params"}  # fmt: skip
 # Keys whose presence means a model this module does not describe (weights stored otherwise, custom code).
 _FOREIGN = {"quantization_config", "auto_map", "num_local_experts", "num_experts", "n_routed_experts"}
+# Config classes whose validate_architecture wants hidden_size divisible by the heads even where head_dim is set.
+_HEADS_DIVIDE_HIDDEN = {"llama", "gemma2"}
 # GPT2Config's aliases (attribute_map): a config spelling them is left to transformers.
 _GPT2_ALIASES = {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}
 
@@ -163,7 +165,8 @@ def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
     if family.layout == "mixtral" and not all(type(c.get(k)) is int and c[k] > 0
                                               for k in ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
         return None
-    if c["head_dim"] is None and c["hidden_size"] % c["num_attention_heads"]:
+    checked = c["head_dim"] is None or c["model_type"] in _HEADS_DIVIDE_HIDDEN
+    if checked and c["hidden_size"] % c["num_attention_heads"]:
         return None  # transformers rejects it; let it say so (spec.count_params turns that into an InputError)
     c["head_dim"] = c["head_dim"] or c["hidden_size"] // c["num_attention_heads"]
     c["num_key_value_heads"] = c["num_key_value_heads"] or c["num_attention_heads"]
