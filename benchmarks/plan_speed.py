@@ -8,12 +8,15 @@ table) with COLUMNS=100, and records the wall time, the lines on stderr and the 
 - catalog models and hub ids of the catalog, on several --gpus (multi-node and --method auto included):
   median < CATALOG_TARGET_S;
 - a config.json path and a model folder (config.json, a safetensors index and its shards) of a catalog
-  architecture (Llama 3.2 1B's config as a user has it), and a llama config outside the catalog (llama-tiny):
-  every run with an empty cache, so each is the first plan of that config; median < CONFIG_TARGET_S
-  (models/analytic.py: no torch);
-- a config.json of a type models/analytic.py does not cover (phi3): the first plan counts and traces it on the
-  meta device (importing torch and transformers), later ones read the cache (~/.cache/zero-planner, here a
-  temporary folder); both are printed, the cached median is gated, the first is reported against the target;
+  architecture (Llama 3.2 1B's config as a user has it), Phi-3 mini's config.json (a catalog architecture of
+  another layout), a llama and a mixtral config outside the catalog (llama-tiny, mixtral-8e-tiny: closed-form
+  16-bit activations): every run with an empty cache, so each is the first plan of that config; median <
+  CONFIG_TARGET_S (models/analytic.py: no torch);
+- a config.json whose activations models/analytic.py neither borrows nor computes (Gemma 2 2B with three
+  added tokens: no catalog twin, no closed form for gemma2's eager attention): the first plan counts it from the config and traces
+  its activations on the meta device (importing torch and transformers), later ones read the cache
+  (~/.cache/zero-planner, here a temporary folder); both are printed, the cached median is gated, the first is
+  reported against the target;
 - and the planning call alone, in process, for every catalog model on every --gpus of the cases.
 Exits 1 on a clear regression only: any stderr line, any line wider than 100 columns, an exit status other than
 0/1, or a median above REGRESSION_FACTOR x its target (a torch import on the catalog path costs more than that).
@@ -51,10 +54,17 @@ CATALOG_CASES = [
 ]
 CONFIG_FILE = "llama3.2-1b.json"
 """A config of a catalog architecture: planned from the config alone (models/analytic.py)."""
+OTHER_LAYOUT_FILE = "phi3-mini.json"
+"""A config of a catalog architecture of another layout (fused qkv_proj): counted from the config, the catalog's
+activations."""
 CLOSED_FORM_FILE = "llama-tiny.json"
 """A llama config outside the catalog: counted and its 16-bit SDPA activations from the config (models/analytic.py)."""
-TRACED_FILE = "phi3-mini.json"
-"""A config of a type models/analytic.py does not cover: counted and traced on the meta device the first time."""
+CLOSED_FORM_MOE_FILE = "mixtral-8e-tiny.json"
+"""A mixtral config outside the catalog: the same, with the mixture-of-experts closed form."""
+TRACED_FILE = "gemma2-2b.json"
+TRACED_CHANGE = {"vocab_size": 256003}
+"""Gemma 2 2B with three added tokens: no catalog twin and no closed form, activations traced on the meta device
+the first time."""
 CONFIG_GPUS = ["--gpus", "1xA100-80GB"]
 AUTO_MODEL = "meta-llama/Llama-3.2-1B"
 AUTO_TARGET_S = 2.0
@@ -215,9 +225,15 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
     medians = []
     other = Path(tmp) / "other.json"
     other.write_text((ROOT / "benchmarks" / "model_configs" / CLOSED_FORM_FILE).read_text())
+    layout = Path(tmp) / "layout.json"
+    layout.write_text((ROOT / "benchmarks" / "model_configs" / OTHER_LAYOUT_FILE).read_text())
+    moe = Path(tmp) / "moe.json"
+    moe.write_text((ROOT / "benchmarks" / "model_configs" / CLOSED_FORM_MOE_FILE).read_text())
     cases = [("config.json path", folder / "config.json", f"{CONFIG_FILE}, a catalog architecture"),
              ("model folder", folder, f"{CONFIG_FILE}, a catalog architecture"),
-             ("config.json path", other, f"{CLOSED_FORM_FILE}, llama outside the catalog")]  # fmt: skip
+             ("config.json path", layout, f"{OTHER_LAYOUT_FILE}, a catalog architecture"),
+             ("config.json path", other, f"{CLOSED_FORM_FILE}, llama outside the catalog"),
+             ("config.json path", moe, f"{CLOSED_FORM_MOE_FILE}, mixtral outside the catalog")]  # fmt: skip
     for k, (label, model, what) in enumerate(cases):
         results = []
         for i in range(runs):  # an empty cache every time: each run is a first plan of this config
@@ -232,7 +248,8 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
         failures.append(f"config median {median:.2f} s")
 
     traced = Path(tmp) / "traced.json"
-    traced.write_text((ROOT / "benchmarks" / "model_configs" / TRACED_FILE).read_text())
+    traced.write_text(json.dumps({**json.loads((ROOT / "benchmarks" / "model_configs" / TRACED_FILE).read_text()),
+                                  **TRACED_CHANGE}))  # fmt: skip
     cache = str(Path(tmp) / "cache")
     argv = ["--model", str(traced), *CONFIG_GPUS]
     cold = run_plan(argv, cache)
@@ -240,9 +257,9 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
     every += [cold, *warm]
     warm_median = statistics.median(r["seconds"] for r in warm)
     met = "within" if cold["seconds"] < CONFIG_TARGET_S else "over"
-    print(f"  {TRACED_FILE} (a model_type models/analytic.py does not cover): first plan {cold['seconds']:.2f} s (counted and "
-          f"traced on the meta device, torch and transformers imported: {met} the {CONFIG_TARGET_S:.0f} s target, "
-          f"not gated), then from the cache {summary(warm)}")  # fmt: skip
+    print(f"  {TRACED_FILE} with {TRACED_CHANGE} (no catalog twin, no closed form): first plan "
+          f"{cold['seconds']:.2f} s (activations traced on the meta device, torch and transformers imported: {met} "
+          f"the {CONFIG_TARGET_S:.0f} s target, not gated), then from the cache {summary(warm)}")  # fmt: skip
     if warm_median > REGRESSION_FACTOR * CONFIG_TARGET_S:
         failures.append(f"cached config median {warm_median:.2f} s")
     return every, failures

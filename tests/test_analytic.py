@@ -1,5 +1,6 @@
-"""models/analytic.py: llama-style configs counted from config.json agree exactly with the meta-device count,
-and the activation table borrowed from a catalog twin is the one the tracer gives for that config."""
+"""models/analytic.py: configs of the covered types (llama-style, phi3, mixtral, gemma2, gpt2) counted from
+config.json agree exactly with the meta-device count, and the activation table borrowed from a catalog twin is the
+one the tracer gives for that config."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 
+from zero_planner.errors import InputError
 from zero_planner.models.activations import attention_coefficients
 from zero_planner.models.analytic import (
     FAMILIES,
@@ -24,7 +26,8 @@ COVERED = sorted(name for name, config in CONFIGS.items() if config["model_type"
 
 
 def test_every_config_of_a_covered_type_is_counted():
-    assert len(COVERED) >= 30
+    assert len(COVERED) >= 45
+    assert {CONFIGS[name]["model_type"] for name in COVERED} >= {"phi3", "mixtral", "gemma2", "gpt2"}
     assert [name for name in COVERED if analytic_table(CONFIGS[name]) is None] == []
 
 
@@ -62,12 +65,14 @@ def test_twins_of_the_benchmark_configs():
     assert {name: catalog_twin(BENCHMARK_CONFIGS[name]) for name in TWINNED} == {
         "llama3.2-1b.json": "llama-3.2-1b", "llama3.2-3b.json": "llama-3.2-3b", "mistral-7b-8l.json": "mistral-7b-v0.1",
         "qwen2.5-0.5b.json": "qwen2.5-0.5b", "qwen2.5-1.5b.json": "qwen2.5-1.5b", "qwen3-1.7b.json": "qwen3-1.7b",
+        "phi3-mini.json": "phi-3-mini-4k", "gemma2-2b.json": "gemma-2-2b", "gpt2-large.json": "gpt2-large",
+        "gpt2-medium.json": "gpt2-medium",
     }  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "change",
-    [{"model_type": "mixtral"}, {"quantization_config": {"load_in_4bit": True}}, {"auto_map": {"AutoModel": "x.Y"}},
+    [{"model_type": "opt"}, {"quantization_config": {"load_in_4bit": True}}, {"auto_map": {"AutoModel": "x.Y"}},
      {"pretraining_tp": 2}, {"hidden_size": 130, "num_attention_heads": 3, "head_dim": None},
      {"num_key_value_heads": 3}, {"hidden_size": "64"}],
     ids=["other-type", "quantized", "remote-code", "tp", "indivisible-heads", "odd-kv-groups", "string-size"],
@@ -85,7 +90,7 @@ def test_other_vocabularies_and_widths_have_no_twin():
 
 def test_closed_form_sdpa_entry_equals_the_catalog_trace():
     for slug in COVERED:
-        if slug in _catalog():
+        if slug in _catalog() and FAMILIES[CONFIGS[slug]["model_type"]].closed_form:
             assert sdpa_16bit_activations(CONFIGS[slug]) == _catalog()[slug]["params"]["activations"]["16bit"]["sdpa"]
 
 
@@ -125,6 +130,191 @@ def test_a_config_path_of_a_catalog_architecture_plans_without_torch(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(BENCHMARK_CONFIGS["mistral-7b-8l.json"]))
     code = (
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
+
+
+# The other layouts on shapes their catalog entries do not have: grouped-query phi3, odd sizes, biases, untied
+# heads, other expert counts, gpt2's n_inner and positions. Two layers each, counted on the meta device to compare.
+def _shape(name: str, **change) -> dict:
+    config = BENCHMARK_CONFIGS[name]
+    return {**config, ("n_layer" if "n_layer" in config else "num_hidden_layers"): 2, **change}
+
+
+ODD_LAYOUTS = {
+    "phi3-gqa": _shape("phi3-mini.json", hidden_size=192, num_attention_heads=6, num_key_value_heads=2,
+                       intermediate_size=250, vocab_size=1001, pad_token_id=1000, tie_word_embeddings=True),
+    "phi3-dropout": _shape("phi3-mini.json", hidden_size=128, num_attention_heads=4, num_key_value_heads=4,
+                           resid_pdrop=0.1),
+    "mixtral-4e-top1": _shape("mixtral-8e-tiny.json", hidden_size=96, num_attention_heads=6, num_key_value_heads=3,
+                              head_dim=None, intermediate_size=72, num_local_experts=4, num_experts_per_tok=1,
+                              vocab_size=999),
+    "mixtral-head-dim": _shape("mixtral-8e-tiny.json", hidden_size=64, num_attention_heads=4, head_dim=24,
+                               num_key_value_heads=2, intermediate_size=40, tie_word_embeddings=True),
+    "gemma2-bias-untied": _shape("gemma2-2b.json", hidden_size=96, num_attention_heads=4, num_key_value_heads=2,
+                                 head_dim=40, intermediate_size=200, vocab_size=1003, attention_bias=True,
+                                 tie_word_embeddings=False),
+    "gemma2-mha": _shape("gemma2-2b.json", hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+                         head_dim=32, intermediate_size=128, vocab_size=500),
+    "gpt2-inner": _shape("gpt2-medium.json", n_embd=96, n_head=6, n_inner=100, n_positions=77, vocab_size=1001),
+    "gpt2-untied": _shape("gpt2-medium.json", n_embd=64, n_head=4, n_positions=4096, vocab_size=50,
+                          tie_word_embeddings=False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ODD_LAYOUTS))
+def test_other_layouts_equal_the_meta_device_count_on_odd_shapes(name):
+    config = ODD_LAYOUTS[name]
+    meta = count_params(config, name)
+    meta.pop("built_with")
+    assert {k: v for k, v in analytic_table(config).items() if k != "built_with"} == meta
+    assert catalog_twin(config) is None
+    if not FAMILIES[config["model_type"]].closed_form or name == "phi3-dropout":
+        assert sdpa_16bit_activations(config) is None  # traced when read
+
+
+PHI3_SHAPES = {
+    "gqa": ODD_LAYOUTS["phi3-gqa"],
+    "mha-odd": {**ODD_LAYOUTS["phi3-gqa"], "hidden_size": 96, "num_key_value_heads": 6, "intermediate_size": 77},
+    "longrope": {**ODD_LAYOUTS["phi3-gqa"], "max_position_embeddings": 8192, "original_max_position_embeddings": 4096,
+                 "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}},
+    "partial-rotary": {**ODD_LAYOUTS["phi3-gqa"], "partial_rotary_factor": 0.5},
+    "partial-rotary-in-rope": {**ODD_LAYOUTS["phi3-gqa"], "rope_scaling": {"rope_type": "default",
+                                                                           "partial_rotary_factor": 0.75}},
+    "gelu": {**ODD_LAYOUTS["phi3-gqa"], "hidden_act": "gelu"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PHI3_SHAPES))
+def test_closed_form_sdpa_entry_of_phi3_equals_the_trace(name):
+    """Fused qkv_proj and gate_up_proj keep what llama's separate projections keep; cos and sin are as wide as
+    the rotary dimensions."""
+    assert sdpa_16bit_activations(PHI3_SHAPES[name]) == attention_coefficients(PHI3_SHAPES[name], "bfloat16", "sdpa")
+
+
+NOT_DESCRIBED = {
+    "phi3-head-dim": _shape("phi3-mini.json", head_dim=64),  # Phi3Attention reads it where present
+    "phi3-padding-idx": _shape("phi3-mini.json", vocab_size=32000),  # Phi3Config's pad_token_id 32000 is past it
+    "gemma2-null-head-dim": _shape("gemma2-2b.json", head_dim=None),  # its strict config class rejects None
+    "gpt2-alias": _shape("gpt2-medium.json", hidden_size=64),
+    "gpt2-cross-attention": _shape("gpt2-medium.json", add_cross_attention=True),
+    "gpt2-indivisible": _shape("gpt2-medium.json", n_head=7),
+    "moe-other-key": _shape("mixtral-8e-tiny.json", num_experts=4),
+    # LlamaConfig and Gemma2Config want hidden_size divisible by the heads even with head_dim set
+    "gemma2-indivisible": _shape("gemma2-2b.json", hidden_size=80, num_attention_heads=6, num_key_value_heads=3),
+    "llama-indivisible": {**LLAMA_TINY, "hidden_size": 130, "num_attention_heads": 3, "num_key_value_heads": 1,
+                          "head_dim": 40},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NOT_DESCRIBED))
+def test_what_other_layouts_do_not_describe_is_left_to_transformers(name):
+    assert analytic_table(NOT_DESCRIBED[name]) is None
+
+
+@pytest.mark.parametrize("name", ["gemma2-indivisible", "llama-indivisible", "phi3-padding-idx"])
+def test_configs_transformers_rejects_are_not_counted(name):
+    with pytest.raises(InputError):
+        count_params(NOT_DESCRIBED[name], name)
+
+
+def test_a_config_path_of_a_catalog_phi3_gemma2_or_gpt2_plans_without_torch(tmp_path):
+    lines = ["import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")),
+             "from zero_planner.cli import main"]  # fmt: skip
+    for name in ("phi3-mini.json", "gemma2-2b.json", "gpt2-large.json"):
+        path = tmp_path / name
+        path.write_text(json.dumps(BENCHMARK_CONFIGS[name]))
+        lines.append(f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])")
+    assert heavy_modules_after("\n".join(lines) + "\n") == []
+
+
+def test_a_bf16_plan_of_a_phi3_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PHI3_SHAPES["partial-rotary"]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
+
+
+_MOE = {"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+        "num_experts_per_tok": 2}  # fmt: skip
+MIXTRAL_SHAPES = {
+    "8e-tiny": BENCHMARK_CONFIGS["mixtral-8e-tiny.json"],
+    "3e-top3": {**_MOE, "num_local_experts": 3, "num_experts_per_tok": 3},
+    "5e-top1-wide": {**_MOE, "hidden_size": 96, "intermediate_size": 136, "num_local_experts": 5,
+                     "num_experts_per_tok": 1},
+    "mha-head-dim-tied": {**_MOE, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 7,
+                          "tie_word_embeddings": True},
+    "16e-top4": {**_MOE, "num_local_experts": 16, "num_experts_per_tok": 4},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MIXTRAL_SHAPES))
+def test_closed_form_sdpa_entry_of_mixtral_equals_the_trace(name):
+    """Routing tensors per routed copy, the fp32 router softmax per token, the int32 group offsets per micro-batch."""
+    config = MIXTRAL_SHAPES[name]
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+
+
+@pytest.mark.parametrize(
+    "change", [{"intermediate_size": 100}, {"router_jitter_noise": 0.1}, {"output_router_logits": True}],
+    ids=["unaligned-for-grouped-mm", "jitter", "aux-loss"],
+)  # fmt: skip
+def test_mixtral_shapes_the_closed_form_does_not_describe_are_traced(change):
+    assert sdpa_16bit_activations({**_MOE, **change}) is None
+
+
+def test_a_bf16_plan_of_a_mixtral_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BENCHMARK_CONFIGS["mixtral-8e-tiny.json"]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
+
+
+_GPT2 = {**BENCHMARK_CONFIGS["gpt2-medium.json"], "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000,
+         "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+GPT2_SHAPES = {
+    "medium": BENCHMARK_CONFIGS["gpt2-medium.json"],
+    "small-default-dropout": _GPT2,
+    "inner-odd": {**_GPT2, "n_embd": 96, "n_head": 6, "n_inner": 100, "vocab_size": 1001, "n_positions": 77},
+    "no-dropout": {**_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+    "embedding-dropout-only": {**_GPT2, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.2},
+    "untied": {**_GPT2, "tie_word_embeddings": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(GPT2_SHAPES))
+def test_closed_form_sdpa_entry_of_gpt2_equals_the_trace(name):
+    """LayerNorm mean and rstd, q as a view of c_attn's output, gelu_new's four tensors, 1-byte dropout masks."""
+    config = GPT2_SHAPES[name]
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"activation_function": "gelu"}, {"reorder_and_upcast_attn": True}, {"scale_attn_by_inverse_layer_idx": True}],
+    ids=["gelu", "upcast", "layer-idx"],
+)  # fmt: skip
+def test_gpt2_options_the_closed_form_does_not_describe_are_traced(change):
+    assert sdpa_16bit_activations({**_GPT2, **change}) is None
+    assert analytic_table({**_GPT2, **change}) is not None  # still counted from the config
+
+
+def test_a_bf16_plan_of_a_gpt2_outside_the_catalog_imports_no_torch(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**BENCHMARK_CONFIGS["gpt2-medium.json"], "vocab_size": 50260}))  # added tokens
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
         "from zero_planner.cli import main\n"
         f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
     )

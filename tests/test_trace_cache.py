@@ -31,11 +31,20 @@ def _cached(directory) -> dict:
 
 
 MIXTRAL_TINY = json.loads((ROOT / "benchmarks" / "model_configs" / "mixtral-8e-tiny.json").read_text())
+GEMMA2_TINY = {**json.loads((ROOT / "benchmarks" / "model_configs" / "gemma2-2b.json").read_text()),
+               "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+               "head_dim": 32, "intermediate_size": 128, "vocab_size": 1000}  # fmt: skip
+"""Traced on the meta device the first time: no catalog twin, and no closed form for gemma2 (models/analytic.py)."""
 
 
-# closed-form: a model the tracer cannot run (mixtral, not llama: a llama config's 16-bit SDPA entry comes from
-# models/analytic.py without a trace, so its table never falls back)
-@pytest.mark.parametrize("config, untraceable", [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (MIXTRAL_TINY, True)],
+# closed-form: a model the tracer cannot run (a mixtral whose intermediate_size the grouped matmuls cannot take
+# on meta; not a llama or an aligned mixtral: their 16-bit SDPA entry comes from models/analytic.py without a
+# trace, so their table never falls back)
+MIXTRAL_UNALIGNED = {**MIXTRAL_TINY, "intermediate_size": 4100}
+
+
+@pytest.mark.parametrize("config, untraceable",
+                         [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (MIXTRAL_UNALIGNED, True)],
                          ids=["dense", "moe", "closed-form"])  # fmt: skip
 def test_lazy_table_equals_the_eager_one(cache, monkeypatch, config, untraceable):
     if untraceable:  # as a model the meta device cannot run: both fall back to the closed form
@@ -80,7 +89,7 @@ def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
 
 def test_second_plan_of_a_config_imports_no_heavy_library(cache, tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(MIXTRAL_TINY))  # not llama: a llama config plans without torch the first time
+    config.write_text(json.dumps(GEMMA2_TINY))  # a llama, phi3, mixtral or gpt2 config plans without torch
     code = f"from zero_planner.cli import main\nmain(['--model', {str(config)!r}, '--gpus', '1xA100-80GB', '--json'])"
     assert "torch" in heavy_modules_after(code)  # the first counts and traces on the meta device
     assert heavy_modules_after(code) == []  # the second reads the cache
@@ -88,7 +97,7 @@ def test_second_plan_of_a_config_imports_no_heavy_library(cache, tmp_path):
 
 def test_normal_plan_of_a_config_imports_no_peft_or_bitsandbytes(cache, tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(MIXTRAL_TINY))  # traced on the meta device (a llama config would not be)
+    config.write_text(json.dumps(GEMMA2_TINY))  # traced on the meta device (a llama config would not be)
     program = (
         "import sys\nfrom zero_planner.cli import main\n"
         f"main(['--model', {str(config)!r}, '--gpus', '1xA100-80GB'])\n"

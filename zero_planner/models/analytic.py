@@ -1,32 +1,45 @@
-"""Parameter tables of llama-style models counted from config.json alone, and their activation tables borrowed
-from the catalog: a config.json or a model folder of a known architecture plans without torch or transformers.
+"""Parameter tables of the common decoder families counted from config.json alone, and their activation tables
+borrowed from the catalog: a config.json or a model folder of a known architecture plans without torch or
+transformers.
 
     analytic_table(config)        -> spec.count_params(config) without its "built_with", or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
     sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
 
-Covered: the dense decoders whose Hugging Face modules are `LlamaForCausalLM`'s (llama, mistral, qwen2, qwen3):
-embedding, per layer q/k/v/o projections, a gated MLP (gate, up, down) and two RMSNorms (qwen3 adds q/k
-RMSNorms over head_dim), a final RMSNorm and an lm_head unless tied. Anything else (other model types,
-quantization, remote code, an option this module does not know) returns None and is counted on the meta device
-as before. tests/test_analytic.py checks every table here against that meta-device count, for every catalog and
-benchmark config of these types.
+Covered, as transformers' modeling_*.py builds them (_modules lists each layout's tensors):
+- the dense decoders whose modules are `LlamaForCausalLM`'s (llama, mistral, qwen2, qwen3): embedding, per layer
+  q/k/v/o projections, a gated MLP (gate, up, down) and two RMSNorms (qwen3 adds q/k RMSNorms over head_dim), a
+  final RMSNorm and an lm_head unless tied;
+- phi3: the same with q/k/v fused into qkv_proj and gate/up into gate_up_proj, no biases;
+- mixtral: llama's attention, and for the MLP a router (experts x hidden) and every expert's gate_up and down
+  matrices stacked in one tensor each;
+- gemma2: llama's modules with four RMSNorms per layer (before and after attention and MLP), tied by default;
+  built with eager attention (soft-capping), as spec._build_on_meta gets it;
+- gpt2: learned positions, Conv1D c_attn (fused q/k/v) / c_proj / c_fc / c_proj with biases, LayerNorms with
+  biases, lm_head tied to wte.
+Anything else (other model types, quantization, remote code, an option or a null this module does not know)
+returns None and is counted on the meta device as before. tests/test_analytic.py checks every table here against
+that meta-device count, for every catalog and benchmark config of these types and odd shapes of each layout.
 
 The activation tables (models/activations.py) are traced per token from one and two decoder layers, so they do
 not depend on num_hidden_layers, nor on keys that only set numerics, positions or masks (rope, norm epsilon,
 sliding windows: a mask is never saved for backward). Two configs that agree on everything else keep the same
 tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hub's config.json of a catalog
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
-the benchmark configs and compares. Any other covered config gets the entry a 16-bit plan reads from
-sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config); the other entries are
-traced when read (models/trace_cache.py).
+the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral or gpt2 gets the entry
+a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config
+of each type; options it was not checked against return None); the other entries, and every entry of a gemma2
+(its plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
+
+
+Layout = Literal["llama", "phi3", "mixtral", "gemma2", "gpt2"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +48,24 @@ class _Family:
 
     defaults: dict[str, Any]
     """The config class's defaults for every key that shapes a tensor or the forward pass."""
-    qkv_bias: str | bool
+    qkv_bias: str | bool = False
     """Bias on q/k/v: a config key (`attention_bias`) or a constant (qwen2: always)."""
-    o_bias: str | bool
-    mlp_bias: str | bool
+    o_bias: str | bool = False
+    mlp_bias: str | bool = False
     qk_norm: bool = False
     """qwen3: RMSNorm over head_dim on q and on k."""
+    layout: Layout = "llama"
+    """Which modules a layer has: llama (q, k, v, o; gate, up, down; 2 RMSNorms), phi3 (fused qkv_proj and
+    gate_up_proj), mixtral (a router and stacked experts for the MLP), gemma2 (4 RMSNorms), gpt2 (Conv1D c_attn,
+    c_proj, c_fc, LayerNorms with biases, learned positions)."""
+    attn_implementation: str = "sdpa"
+    """What spec._build_on_meta gets from transformers for this type (gemma2 is built with eager attention)."""
+    keys: frozenset[str] = frozenset()
+    """Keys of _FOREIGN this type reads itself (mixtral: num_local_experts)."""
+    neutral: frozenset[str] = frozenset()
+    """Keys this type's modules never read, beyond _NEUTRAL (gemma2 reads hidden_activation, not hidden_act)."""
+    closed_form: bool = False
+    """Whether sdpa_16bit_activations is checked against the trace for this type (tests/test_analytic.py)."""
 
 
 _COMMON = {"hidden_act": "silu", "attention_dropout": 0.0, "tie_word_embeddings": False, "head_dim": None,
@@ -48,17 +73,45 @@ _COMMON = {"hidden_act": "silu", "attention_dropout": 0.0, "tie_word_embeddings"
 FAMILIES = {
     "llama": _Family({**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
                       "num_attention_heads": 32, "max_position_embeddings": 2048, "attention_bias": False,
-                      "mlp_bias": False, "pretraining_tp": 1}, "attention_bias", "attention_bias", "mlp_bias"),  # fmt: skip
+                      "mlp_bias": False, "pretraining_tp": 1}, "attention_bias", "attention_bias", "mlp_bias",
+                     closed_form=True),  # fmt: skip
     "mistral": _Family({**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
                         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32},
-                       False, False, False),  # fmt: skip
+                       closed_form=True),  # fmt: skip
     "qwen2": _Family({**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
                       "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768},
-                     True, False, False),  # fmt: skip
+                     True, closed_form=True),  # fmt: skip
     "qwen3": _Family({**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
                       "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128,
                       "max_position_embeddings": 32768, "attention_bias": False},
-                     "attention_bias", "attention_bias", False, qk_norm=True),  # fmt: skip
+                     "attention_bias", "attention_bias", qk_norm=True, closed_form=True),  # fmt: skip
+    # Phi3Attention reads no head_dim and no attention_bias (hidden_size // heads, no biases): a config that sets
+    # head_dim is left to transformers (_resolved).
+    "phi3": _Family({**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+                     "num_attention_heads": 32, "max_position_embeddings": 4096, "resid_pdrop": 0.0,
+                     "embd_pdrop": 0.0, "partial_rotary_factor": 1.0, "pad_token_id": 32000},
+                    layout="phi3", closed_form=True),  # fmt: skip
+    "mixtral": _Family({**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                        "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": False,
+                        "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0},
+                       layout="mixtral", keys=frozenset({"num_local_experts"}), closed_form=True),  # fmt: skip
+    "gemma2": _Family({**_COMMON, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+                       "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                       "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+                       "tie_word_embeddings": True, "attention_bias": False, "query_pre_attn_scalar": 256,
+                       "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0,
+                       "use_bidirectional_attention": None, "pad_token_id": 0},
+                      "attention_bias", "attention_bias", layout="gemma2", attn_implementation="eager",
+                      neutral=frozenset({"hidden_act"})),  # fmt: skip
+    "gpt2": _Family({"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+                     "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1,
+                     "attn_pdrop": 0.1, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                     "reorder_and_upcast_attn": False, "add_cross_attention": False, "tie_word_embeddings": True},
+                    layout="gpt2", closed_form=True,
+                    neutral=frozenset({"n_layer", "n_positions", "n_ctx", "summary_type", "summary_use_proj",
+                                       "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+                                       "layer_norm_epsilon"})),  # fmt: skip
 }
 
 # Keys that change no tensor's shape and nothing autograd keeps: metadata, token ids, numerics of the norm and
@@ -68,22 +121,52 @@ _NEUTRAL = {"_name_or_path", "architectures", "transformers_version", "torch_dty
             "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "rope_theta",
             "rope_scaling", "rope_parameters", "max_position_embeddings", "sliding_window", "use_sliding_window",
             "max_window_layers", "layer_types", "tokenizer_class", "output_attentions", "output_hidden_states",
-            "return_dict", "model_type", "num_hidden_layers"}  # fmt: skip
+            "return_dict", "model_type", "num_hidden_layers", "original_max_position_embeddings",
+            "cache_implementation", "task_specific_params"}  # fmt: skip
 # Keys whose presence means a model this module does not describe (weights stored otherwise, custom code).
 _FOREIGN = {"quantization_config", "auto_map", "num_local_experts", "num_experts", "n_routed_experts"}
+# Config classes whose validate_architecture wants hidden_size divisible by the heads even where head_dim is set.
+_HEADS_DIVIDE_HIDDEN = {"llama", "gemma2"}
+# GPT2Config's aliases (attribute_map): a config spelling them is left to transformers.
+_GPT2_ALIASES = {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}
 
 
 def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
     """Returns config over its family's defaults, head_dim and num_key_value_heads filled in as the config class
-    fills them; None for a model_type not covered or a config with a key this module does not describe."""
+    fills them (gpt2: under the llama names as well); None for a model_type not covered or a config with a key
+    this module does not describe."""
     family = FAMILIES.get(config.get("model_type"))
-    if family is None or _FOREIGN & config.keys() or (config.get("pretraining_tp") or 1) != 1:
+    if family is None or (_FOREIGN - family.keys) & config.keys() or (config.get("pretraining_tp") or 1) != 1:
+        return None
+    if family.layout == "phi3" and "head_dim" in config:
+        return None  # Phi3Attention reads a head_dim attribute where the config has one; not described here
+    if family.layout != "llama" and any(config[k] is None and v is not None for k, v in family.defaults.items()
+                                        if k in config):  # fmt: skip
+        return None  # e.g. gemma2's head_dim: int; its strict config class rejects None, let it say so
+    if family.layout == "gpt2" and (_GPT2_ALIASES & config.keys() or config.get("add_cross_attention")):
         return None
     c = {**family.defaults, **{k: v for k, v in config.items() if v is not None or k not in family.defaults}}
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if family.layout == "phi3" and isinstance(rope, dict) and "partial_rotary_factor" in rope:
+        c["partial_rotary_factor"] = rope["partial_rotary_factor"]  # Phi3Config takes the rope dict's first
+    if family.layout == "gpt2":
+        if not all(type(c.get(k)) is int and c[k] > 0 for k in ("n_embd", "n_head", "n_layer", "n_positions")):
+            return None
+        inner = c["n_inner"] if c["n_inner"] is not None else 4 * c["n_embd"]
+        c = {**c, "hidden_size": c["n_embd"], "num_attention_heads": c["n_head"], "num_hidden_layers": c["n_layer"],
+             "intermediate_size": inner, "max_position_embeddings": c["n_positions"], "num_key_value_heads": None,
+             "head_dim": None}  # fmt: skip
     sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
     if not all(type(c.get(k)) is int and c[k] > 0 for k in sizes):
         return None
-    if c["head_dim"] is None and c["hidden_size"] % c["num_attention_heads"]:
+    pad = c.get("pad_token_id")  # the embedding's padding_idx (gpt2's wte has none)
+    if family.layout != "gpt2" and type(pad) is int and not -c["vocab_size"] <= pad < c["vocab_size"]:
+        return None  # nn.Embedding rejects it; let transformers say so
+    if family.layout == "mixtral" and not all(type(c.get(k)) is int and c[k] > 0
+                                              for k in ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
+        return None
+    checked = c["head_dim"] is None or c["model_type"] in _HEADS_DIVIDE_HIDDEN
+    if checked and c["hidden_size"] % c["num_attention_heads"]:
         return None  # transformers rejects it; let it say so (spec.count_params turns that into an InputError)
     c["head_dim"] = c["head_dim"] or c["hidden_size"] // c["num_attention_heads"]
     c["num_key_value_heads"] = c["num_key_value_heads"] or c["num_attention_heads"]
@@ -99,6 +182,67 @@ def _flag(c: dict[str, Any], rule: str | bool) -> bool:
     return bool(c.get(rule, False)) if isinstance(rule, str) else rule
 
 
+def _linear(name: str, n_in: int, n_out: int, bias: bool) -> list[tuple[str, int]]:
+    """Returns the parameter tensors of nn.Linear(n_in, n_out) (or Conv1D(n_out, n_in)) named `name`."""
+    return [(f"{name}.weight", n_in * n_out)] + ([(f"{name}.bias", n_out)] if bias else [])
+
+
+@dataclass(frozen=True)
+class _Modules:
+    """The parameter tensors of one model, as named_parameters lists them; numels in elements."""
+
+    embed: str
+    """Module path of the input embedding (lm_head ties to its weight)."""
+    layers: str
+    """Module path of the decoder layers' ModuleList."""
+    pre: list[tuple[str, int]]
+    """Top-level tensors between the input embedding and the layers (gpt2: learned positions)."""
+    layer: list[tuple[str, int]]
+    """One decoder layer, in registration order (first of equals wins for the largest, as in spec.py)."""
+    post: list[tuple[str, int]]
+    """The final norm."""
+    linears: list[tuple[int, int]]
+    """(in_features, out_features) of each layer's nn.Linear / Conv1D: what peft's "all-linear" adapts."""
+
+
+def _modules(c: dict[str, Any], family: _Family) -> _Modules:
+    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    q = c["num_attention_heads"] * c["head_dim"]  # width of q and of o_proj's input
+    kv = c["num_key_value_heads"] * c["head_dim"]
+    if family.layout == "gpt2":  # GPT2Block: Conv1D weights stored [in, out], every one with a bias
+        convs = [("attn.c_attn", h, 3 * h), ("attn.c_proj", h, h), ("mlp.c_fc", h, i), ("mlp.c_proj", i, h)]
+        attn = [t for conv in convs[:2] for t in _linear(*conv, True)]
+        mlp = [t for conv in convs[2:] for t in _linear(*conv, True)]
+        layer = [("ln_1.weight", h), ("ln_1.bias", h), *attn, ("ln_2.weight", h), ("ln_2.bias", h), *mlp]
+        return _Modules("transformer.wte", "transformer.h", [("transformer.wpe.weight", c["n_positions"] * h)],
+                        layer, [("transformer.ln_f.weight", h), ("transformer.ln_f.bias", h)],
+                        [(a, b) for _, a, b in convs])  # fmt: skip
+    qkv_bias, o_bias, mlp_bias = (_flag(c, rule) for rule in (family.qkv_bias, family.o_bias, family.mlp_bias))
+    # linears: (name, in_features, out_features, bias), in registration order
+    if family.layout == "phi3":  # Phi3Attention registers o_proj before the fused qkv_proj
+        attn = [("self_attn.o_proj", q, h, False), ("self_attn.qkv_proj", h, q + 2 * kv, False)]
+        mlp = [("mlp.gate_up_proj", h, 2 * i, False), ("mlp.down_proj", i, h, False)]
+    else:
+        attn = [("self_attn.q_proj", h, q, qkv_bias), ("self_attn.k_proj", h, kv, qkv_bias),
+                ("self_attn.v_proj", h, kv, qkv_bias), ("self_attn.o_proj", q, h, o_bias)]  # fmt: skip
+        mlp = [] if family.layout == "mixtral" else [("mlp.gate_proj", h, i, mlp_bias), ("mlp.up_proj", h, i, mlp_bias),
+                                                     ("mlp.down_proj", i, h, mlp_bias)]  # fmt: skip
+    layer = [t for name, n_in, n_out, bias in attn for t in _linear(name, n_in, n_out, bias)]
+    if family.qk_norm:
+        layer += [("self_attn.q_norm.weight", c["head_dim"]), ("self_attn.k_norm.weight", c["head_dim"])]
+    if family.layout == "mixtral":  # MixtralSparseMoeBlock: router weight, then every expert's matrices stacked
+        e = c["num_local_experts"]
+        layer += [("mlp.gate.weight", e * h), ("mlp.experts.gate_up_proj", e * 2 * i * h),
+                  ("mlp.experts.down_proj", e * h * i)]  # fmt: skip
+    layer += [t for name, n_in, n_out, bias in mlp for t in _linear(name, n_in, n_out, bias)]
+    norms = ["input_layernorm", "post_attention_layernorm"]
+    if family.layout == "gemma2":
+        norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+    layer += [(f"{norm}.weight", h) for norm in norms]
+    return _Modules("model.embed_tokens", "model.layers", [], layer, [("model.norm.weight", h)],
+                    [(n_in, n_out) for _, n_in, n_out, _ in attn + mlp])  # fmt: skip
+
+
 def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
     """Returns count_params(config)'s table (less "built_with", which says "analytic" instead), counted from the
     config alone; None where the model_type or an option is not covered (then count on the meta device)."""
@@ -106,44 +250,29 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
     if c is None:
         return None
     family = FAMILIES[c["model_type"]]
-    h, i, v, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
-    q = c["num_attention_heads"] * c["head_dim"]  # width of q and of o_proj's input
-    kv = c["num_key_value_heads"] * c["head_dim"]
+    h, v, layers = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
     tied = bool(c["tie_word_embeddings"])
-    qkv_bias, o_bias, mlp_bias = (_flag(c, rule) for rule in (family.qkv_bias, family.o_bias, family.mlp_bias))
+    m = _modules(c, family)
+    num_layer_params = sum(n for _, n in m.layer)
 
-    # One decoder layer's parameter tensors, in registration order (first of equals wins below, as in spec.py).
-    # linears: (name, in_features, out_features, bias).
-    linears = [("self_attn.q_proj", h, q, qkv_bias), ("self_attn.k_proj", h, kv, qkv_bias),
-               ("self_attn.v_proj", h, kv, qkv_bias), ("self_attn.o_proj", q, h, o_bias),
-               ("mlp.gate_proj", h, i, mlp_bias), ("mlp.up_proj", h, i, mlp_bias), ("mlp.down_proj", i, h, mlp_bias)]  # fmt: skip
-    layer: list[tuple[str, int]] = []
-    for name, n_in, n_out, bias in linears[:4]:
-        layer += [(f"{name}.weight", n_in * n_out)] + ([(f"{name}.bias", n_out)] if bias else [])
-    if family.qk_norm:
-        layer += [("self_attn.q_norm.weight", c["head_dim"]), ("self_attn.k_norm.weight", c["head_dim"])]
-    for name, n_in, n_out, bias in linears[4:]:
-        layer += [(f"{name}.weight", n_in * n_out)] + ([(f"{name}.bias", n_out)] if bias else [])
-    layer += [("input_layernorm.weight", h), ("post_attention_layernorm.weight", h)]
-    num_layer_params = sum(n for _, n in layer)
-
-    tensors = [("model.embed_tokens.weight", v * h)]
-    tensors += [(f"model.layers.{k}.{name}", n) for k in range(min(layers, 1)) for name, n in layer]
-    tensors += [("model.norm.weight", h)] + ([] if tied else [("lm_head.weight", v * h)])
+    tensors = [(f"{m.embed}.weight", v * h), *m.pre]
+    tensors += [(f"{m.layers}.{k}.{name}", n) for k in range(min(layers, 1)) for name, n in m.layer]
+    tensors += m.post + ([] if tied else [("lm_head.weight", v * h)])
     largest_tensor = max(tensors, key=lambda t: t[1])
-    blocks = [("model.embed_tokens", v * h)] + [(f"model.layers.{k}", num_layer_params) for k in range(min(layers, 1))]
+    blocks = [(m.embed, v * h)] + [(f"{m.layers}.{k}", num_layer_params) for k in range(min(layers, 1))]
     blocks += [] if tied else [("lm_head", v * h)]
     largest_layer = max(blocks, key=lambda b: b[1])
 
     sizes: dict[int, int] = {}
-    for numel, count in [(v * h, 1 if tied else 2), (h, 1)] + [(n, layers) for _, n in layer]:
+    top = [(v * h, 1 if tied else 2)] + [(n, 1) for _, n in m.pre + m.post]
+    for numel, count in top + [(n, layers) for _, n in m.layer]:
         sizes[numel] = sizes.get(numel, 0) + count
-    num_embedding_params = v * h * (1 if tied else 2)
-    shapes = [(n_in, n_out) for _, n_in, n_out, _ in linears]
+    num_embedding_params = v * h * (1 if tied else 2) + sum(n for _, n in m.pre)  # every nn.Embedding (spec.py)
+    experts = c["num_local_experts"] if family.layout == "mixtral" else 1
     return {
         "built_with": {"analytic": "zero_planner.models.analytic"},
-        "attn_implementation": "sdpa",  # transformers builds every covered family with SDPA
-        "num_params": num_embedding_params + h + layers * num_layer_params,
+        "attn_implementation": family.attn_implementation,
+        "num_params": num_embedding_params + sum(n for _, n in m.post) + layers * num_layer_params,
         "num_embedding_params": num_embedding_params,
         "num_layer_params": num_layer_params,
         "num_layers": layers,
@@ -152,24 +281,24 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
         "largest_layer": {"name": largest_layer[0], "numel": largest_layer[1]},
         "architecture": {
             "hidden_size": h,
-            "intermediate_size": i,
+            "intermediate_size": c["intermediate_size"],
             "num_attention_heads": c["num_attention_heads"],
             "num_key_value_heads": c["num_key_value_heads"],
             "head_dim": c["head_dim"],
             "vocab_size": v,
             "max_position_embeddings": int(c["max_position_embeddings"]),
             "tie_word_embeddings": tied,
-            "num_experts": 1,
-            "num_experts_per_tok": 1,
-            "gated_mlp": True,
+            "num_experts": experts,
+            "num_experts_per_tok": c["num_experts_per_tok"] if experts > 1 else 1,
+            "gated_mlp": family.layout != "gpt2",
         },
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
         "linear": {  # peft "all-linear": every projection of every layer, the head left out (spec.py)
-            "count": len(shapes) * layers,
-            "in_out_sum": layers * sum(a + b for a, b in shapes),
-            "in_sum": layers * sum(a for a, _ in shapes),
-            "numel": layers * sum(a * b for a, b in shapes),
-            "largest_numel": max(a * b for a, b in shapes) if layers else 0,
+            "count": len(m.linears) * layers,
+            "in_out_sum": layers * sum(a + b for a, b in m.linears),
+            "in_sum": layers * sum(a for a, _ in m.linears),
+            "numel": layers * sum(a * b for a, b in m.linears),
+            "largest_numel": max(a * b for a, b in m.linears) if layers else 0,
         },
     }
 
@@ -180,7 +309,8 @@ def _signature(config: dict[str, Any]) -> tuple | None:
     c = _resolved(config)
     if c is None:
         return None
-    return (c["model_type"], tuple(sorted((k, repr(v)) for k, v in c.items() if k not in _NEUTRAL)))
+    neutral = _NEUTRAL | FAMILIES[c["model_type"]].neutral
+    return (c["model_type"], tuple(sorted((k, repr(v)) for k, v in c.items() if k not in neutral)))
 
 
 @lru_cache(maxsize=1)
@@ -211,7 +341,23 @@ def catalog_activations(config: dict[str, Any]) -> dict[str, Any] | None:
 
 def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
-    models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered.
+    models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered
+    (gemma2, and options of the other layouts named below). gpt2: _gpt2_sdpa_16bit.
+
+    mixtral (transformers' grouped_mm experts, integrations/moe.py) keeps, in place of the dense MLP's 2(h + 4i):
+    the router's input (h, shared with the norm), the fp32 softmax of the router logits (4E) and the top-k
+    weights' sum that divides them (4); per routed copy of the token (top-k of them) its gathered input and the
+    down projection's output (2h + 2h), the gated MLP inside the expert (8i, as the dense one), and 40 bytes of
+    routing (top-k indices, the sort's permutation, its // k gather index and inverse, int64 8 each; the fp32
+    weight and its gathered copy, 4 each); and per micro-batch the grouped matmuls' int32 offsets (4E bytes, one
+    storage for both), which the trace's fit over its two lengths reports per token as 4E / TRACE_SEQ[0] +
+    4E / TRACE_SEQ[1]. Where the meta device cannot run the grouped matmuls (h or i not a
+    multiple of 8: 16-byte strides), the whole table is the closed form of activations.py, so None here; router
+    jitter noise and router logits in the loss keep more, so None too.
+
+    phi3 keeps the same tensors (its fused qkv_proj and gate_up_proj outputs are split into the same widths), with
+    cos and sin over the rotary dimensions only (partial_rotary_factor); a phi3 with dropout (resid_pdrop,
+    embd_pdrop) keeps masks besides and is traced.
 
     Per decoder layer: two RMSNorms keep their fp32 input (4h), the fp32 rsqrt of each row (4) and the 16-bit
     normalised input of the weight multiply (2h); q/k/v keep their input (h), the SDPA kernels keep q, k, v, the
@@ -225,14 +371,54 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     from zero_planner.models.activations import TRACE_SEQ
 
     c = _resolved(config)
-    if c is None:
+    if c is None or not FAMILIES[c["model_type"]].closed_form:
         return None
     h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    rotary = hd  # width of cos and sin
+    if FAMILIES[c["model_type"]].layout == "phi3":
+        if c["resid_pdrop"] or c["embd_pdrop"] or not isinstance(c["partial_rotary_factor"], (int, float)):
+            return None
+        # cos and sin: inv_freq over every other rotary dimension, concatenated twice (modeling_rope_utils.py)
+        rotary = 2 * len(range(0, int(hd * c["partial_rotary_factor"]), 2))
     heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    if FAMILIES[c["model_type"]].layout == "gpt2":
+        return _gpt2_sdpa_16bit(c)
     q, kv = heads * hd, kv_heads * hd
+    mlp = 2 * (h + 4 * i)  # input, gate, act(gate), up, their product
+    if FAMILIES[c["model_type"]].layout == "mixtral":
+        e, k = c["num_local_experts"], c["num_experts_per_tok"]
+        if h % 8 or i % 8 or k > e or c["router_jitter_noise"] or c["output_router_logits"]:
+            return None
+        mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 4 * e * (1 / TRACE_SEQ[0] + 1 / TRACE_SEQ[1])
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
-    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + 2 * (h + 4 * i)
+    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + mlp
     if FAMILIES[c["model_type"]].qk_norm:
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
-    rest = norm + 2 * h + 4 * v + 2 * 2 * hd + 8 + 8 + 12 / TRACE_SEQ[0]
+    rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
+    return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
+
+
+def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
+    """Returns sdpa_16bit_activations for a resolved gpt2 config, or None for an activation or attention option
+    the closed form was not checked against (tests/test_analytic.py traces the catalog GPT-2s and odd shapes).
+
+    Per block: two LayerNorms keep their 16-bit input and fp32 mean and rstd per row (2h + 8 each); c_attn, c_proj,
+    c_fc keep their inputs (2h each), the second c_proj its own (2i); SDPA keeps q (a view of c_attn's whole
+    output: 6h), k and v (their own storages: 2h each), the output and an fp32 logsumexp per head (2h + 4 * heads);
+    gelu_new, written out as 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), keeps four i-wide 16-bit tensors
+    (8i); resid_pdrop keeps a 1-byte mask after each c_proj (h each). Outside the blocks: ln_f (2h + 8), lm_head's
+    input (2h), the fp32 logits (4V), the int64 token and position ids of wte and wpe and the loss's labels (8
+    each), embd_pdrop's mask (h) and per sequence the loss's 12 bytes, as in the llama form.
+    """
+    from zero_planner.models.activations import TRACE_SEQ
+
+    if c["activation_function"] != "gelu_new" or c["scale_attn_by_inverse_layer_idx"] or c["reorder_and_upcast_attn"]:
+        return None
+    h, i, v, heads = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"]
+    norm = 2 * h + 4 + 4  # 16-bit input, fp32 mean, fp32 rstd (bytes per row)
+    masks = h if c["resid_pdrop"] else 0  # one per residual branch
+    attn = 2 * h + 6 * h + 2 * h + 2 * h + 2 * h + 4 * heads + 2 * h  # c_attn in, q, k, v, out, lse, c_proj in
+    mlp = 2 * h + 8 * i + 2 * i  # c_fc in, gelu_new's four, c_proj in
+    layer = 2 * norm + attn + mlp + 2 * masks
+    rest = norm + 2 * h + 4 * v + 8 + 8 + 8 + (h if c["embd_pdrop"] else 0) + 12 / TRACE_SEQ[0]
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}

@@ -2,9 +2,10 @@
 
     cached_table(config, name) -> param_table(config), its "activations" a TracedActivations
 
-Catalog models carry their tables in the package, and so, in effect, does a llama-style config of a catalog
-architecture (models/analytic.py: counted from the config, the catalog's traced activations; no cache, no
-torch); other llama-style configs are counted the same way and get the 16-bit SDPA entry in closed form.
+Catalog models carry their tables in the package, and so, in effect, does a config of a catalog architecture
+of a type models/analytic.py covers (llama-style, phi3, mixtral, gemma2, gpt2: counted from the config, the
+catalog's traced activations; no cache, no torch); other configs of those types are counted the same way (no
+meta-device build), and llama-style ones get the 16-bit SDPA entry in closed form.
 Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing
 torch and transformers, then one build per traced run. Here the
 counts are stored the first time, and each activation entry (one dtype and attention implementation: four runs;
@@ -104,7 +105,7 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
     Raises InputError (from the count) when transformers cannot build the model; failures are not cached."""
     from zero_planner.models.spec import count_params, with_activations
 
-    counted = analytic_table(config)  # llama-style configs: counted from the config, no torch
+    counted = analytic_table(config)  # the types models/analytic.py covers: counted from the config
     if counted is not None:
         borrowed = catalog_activations(config)  # the same architecture is in the catalog, traced
         if borrowed is not None:
@@ -116,10 +117,11 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
         store.data = {"table": table}
         store.save()
     acts = store.data.setdefault("activations", {"method": "traced"})
-    if counted is not None and acts.get("method") == "traced" and "sdpa" not in acts.get("16bit", {}):
+    closed = sdpa_16bit_activations(config) if counted is not None else None  # llama-style types only
+    if closed is not None and acts.get("method") == "traced" and "sdpa" not in acts.get("16bit", {}):
         # The entry a 16-bit plan reads, from the closed form that equals the trace (models/analytic.py): such a
         # plan imports no torch; the other entries are traced when read.
-        acts.setdefault("16bit", {})["sdpa"] = sdpa_16bit_activations(config)
+        acts.setdefault("16bit", {})["sdpa"] = closed
         store.save()
     return with_activations(table, TracedActivations(config, table["architecture"], store))
 
