@@ -120,6 +120,13 @@ def verdict(median: float, target: float) -> str:
     return "REGRESSION" if median > REGRESSION_FACTOR * target else "above target (not failed: noise margin)"
 
 
+def check_median(what: str, median: float, target: float, failures: list[str], extra: str = "") -> None:
+    """Prints `median` against `target`; records a failure beyond REGRESSION_FACTOR x target."""
+    print(f"  median {median:.3f} s = {median / target:.2f} x target {target:.1f} s{extra}: {verdict(median, target)}")
+    if median > REGRESSION_FACTOR * target:
+        failures.append(f"{what} median {median:.2f} s")
+
+
 def provenance() -> dict:
     """Returns where and how this run was taken: host, GPUs (nvidia-smi), Python, versions, commit, load, date."""
     def package(name: str) -> str:
@@ -172,10 +179,7 @@ def auto_only(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
     detected = [r for r in auto_runs if r["rc"] in (0, 1)]
     if detected:
         median = statistics.median(r["seconds"] for r in detected)
-        print(f"  median {median:.3f} s = {median / AUTO_TARGET_S:.2f} x target {AUTO_TARGET_S:.1f} s: "
-              f"{verdict(median, AUTO_TARGET_S)}")  # fmt: skip
-        if median > REGRESSION_FACTOR * AUTO_TARGET_S:
-            failures.append(f"--gpus auto median {median:.2f} s")
+        check_median("--gpus auto", median, AUTO_TARGET_S, failures)
         spelled = _detected_spec()
         if spelled:
             print(f"the same plans with --gpus {spelled} (what auto found), for comparison:")
@@ -242,10 +246,7 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
         medians.append(statistics.median(r["seconds"] for r in results))
         print(f"  {summary(results)}  {label} ({what}, empty cache)")
     median = statistics.median(medians)
-    print(f"  median {median:.3f} s = {median / CONFIG_TARGET_S:.2f} x target {CONFIG_TARGET_S:.1f} s: "
-          f"{verdict(median, CONFIG_TARGET_S)}")  # fmt: skip
-    if median > REGRESSION_FACTOR * CONFIG_TARGET_S:
-        failures.append(f"config median {median:.2f} s")
+    check_median("config", median, CONFIG_TARGET_S, failures)
 
     traced = Path(tmp) / "traced.json"
     traced.write_text(json.dumps({**json.loads((ROOT / "benchmarks" / "model_configs" / TRACED_FILE).read_text()),
@@ -290,10 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 medians.append(median)
                 print(f"  {median:6.3f} s  (exit {runs[0]['rc']}, widest {runs[0]['widest']})  {' '.join(case)}")
             catalog = statistics.median(medians)
-            print(f"  median {catalog:.3f} s = {catalog / CATALOG_TARGET_S:.2f} x target {CATALOG_TARGET_S:.1f} s, "
-                  f"slowest {max(medians):.3f} s: {verdict(catalog, CATALOG_TARGET_S)}")  # fmt: skip
-            if catalog > REGRESSION_FACTOR * CATALOG_TARGET_S:
-                failures.append(f"catalog median {catalog:.2f} s")
+            check_median("catalog", catalog, CATALOG_TARGET_S, failures, extra=f", slowest {max(medians):.3f} s")
             runs, config_failures = config_cases(args.runs, tmp)
             every += runs
             failures += config_failures
