@@ -9,6 +9,7 @@
 #              machine sets it (9.0a: zero-run must replace it)
 #   vs-trainer benchmarks/zero_run_vs_trainer.py: zero-run vs a bare DeepSpeed loop vs HF Trainer, 50 steps
 #   probe      zero-run --probe 3 --probe-only on Llama-3.2-1B (config, random init) at seq 2048, timed
+#   vs-alloc   zero-run and the bare loop, with the default allocator and with expandable segments for both
 #   zr-only    the vs-trainer benchmark's zero-run alone (the other two runs' results kept from an earlier call)
 #   phases     zero-run by hub id at --stage 0 and --stage 3 (auto micro-batch, seq 2048), 10 steps, a checkpoint
 #              and the final export: host RSS per phase (run_report ranks[].host_rss_marks)
@@ -61,6 +62,16 @@ for stage in ${STAGES:-plan-auto finetune vs-trainer probe}; do
     /usr/bin/time -f "probe wall %e s" timeout 300 python3 -m zero_planner.launch /tmp/probe/plan.json --probe 3 \
       --probe-only 2>&1 | filter | tail -30
     cp /tmp/probe/plan.probed.json $R/ ;;
+  vs-alloc)
+    # zero-run and the bare loop on one machine, each allocator setting for both: is the per-step gap the loop's
+    # or expandable segments'? (zero-run keeps a PYTORCH_CUDA_ALLOC_CONF the user exported)
+    unset HF_HUB_OFFLINE
+    for conf in default expandable; do
+      ( [ $conf = expandable ] && export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        timeout 240 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --work-dir /tmp/zrvt \
+          --only zero-run,deepspeed --out $R/vs-alloc-$conf.json 2>&1 | filter | tail -8 )
+      rm -rf /tmp/zrvt
+    done ;;
   zr-only)
     unset HF_HUB_OFFLINE
     timeout 200 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --work-dir /tmp/zrvt --only zero-run \
