@@ -67,7 +67,7 @@ for stage in ${STAGES:-plan-auto finetune vs-trainer probe}; do
     # or expandable segments'? (zero-run keeps a PYTORCH_CUDA_ALLOC_CONF the user exported)
     unset HF_HUB_OFFLINE
     for conf in default expandable; do
-      ( [ $conf = expandable ] && export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+      ( export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:$([ $conf = expandable ] && echo True || echo False)
         timeout 240 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --work-dir /tmp/zrvt \
           --only zero-run,deepspeed --out $R/vs-alloc-$conf.json 2>&1 | filter | tail -8 )
       rm -rf /tmp/zrvt
