@@ -682,6 +682,7 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
     final_dir.mkdir(parents=True, exist_ok=True)
     seen: set[int] = set()
     shards: list[dict] = [{}]
+    shard_bytes = total = 0
     for key, value in state.items():
         if module.config.tie_word_embeddings and key == "lm_head.weight":
             continue  # from_pretrained ties it back to the input embedding
@@ -690,20 +691,21 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
             continue  # safetensors refuses shared storage; tied copies are restored on load
         seen.add(ptr)
         size = value.numel() * value.element_size()
-        if shards[-1] and sum(v.numel() * v.element_size() for v in shards[-1].values()) + size > EXPORT_SHARD_BYTES:
+        if shards[-1] and shard_bytes + size > EXPORT_SHARD_BYTES:
             shards.append({})
+            shard_bytes = 0
         shards[-1][key] = value
+        shard_bytes += size
+        total += size
     names = ["model.safetensors"] if len(shards) == 1 else [
         f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]  # fmt: skip
-    weight_map, total = {}, 0
     for name, shard in zip(names, shards):
         # One shard at a time in host memory: its copies plus safetensors' serialised bytes.
         tensors = {key: value.detach().to("cpu").contiguous() for key, value in shard.items()}
         save_file(tensors, str(final_dir / name), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(tensors, name))
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
         del tensors
     if len(names) > 1:
+        weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (final_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     module.config.save_pretrained(str(final_dir))
