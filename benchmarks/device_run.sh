@@ -4,13 +4,8 @@
 set -u
 HARNESS_ARGS=${HARNESS_ARGS:-}
 deadline=$1; shift
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
-if [ -d .bnb ]; then export PYTHONPATH=$PWD/.bnb:$PYTHONPATH; fi  # bitsandbytes, unpacked (qlora cases)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TORCH_EXTENSIONS_DIR=/tmp/dsext
-mkdir -p $TORCH_EXTENSIONS_DIR
-if [ -f .dsext/dsext.tgz.aa ]; then cat .dsext/dsext.tgz.* | tar -xz -C $TORCH_EXTENSIONS_DIR; fi
+source benchmarks/device_env.sh
+export TORCH_CUDA_ARCH_LIST=9.0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
 python3 -c "import peft, bitsandbytes, transformers, torch; print('peft', peft.__version__, 'bitsandbytes', bitsandbytes.__version__)" 2>&1 | tail -1 | tee -a $OUT/gpu.txt
 # Build the fused ops once, in the background, while the first cases start (they wait on the lock).

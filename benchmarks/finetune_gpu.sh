@@ -19,11 +19,7 @@ set -u
 begin=$(date +%s)
 R=/tmp/res; mkdir -p $R
 exec > >(tee $OUT/finetune.log) 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl .whl/data/*.whl || exit 1
-export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_EXTENSIONS_DIR=/tmp/dsext
-mkdir -p $TORCH_EXTENSIONS_DIR; if [ -f .dsext/dsext.tgz.aa ]; then cat .dsext/dsext.tgz.* | tar -xz -C $TORCH_EXTENSIONS_DIR; fi
+source benchmarks/device_env.sh  # TORCH_CUDA_ARCH_LIST stays the machine's
 echo "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-unset}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $R/gpu.txt
 python3 -c "import torch, transformers, datasets, deepspeed, pyarrow, huggingface_hub as h; print('torch', torch.__version__,

@@ -3,6 +3,5 @@
 # 5 fresh processes per case, every run and its provenance written to $OUT/plan_speed_auto.json.
 # usage: bash benchmarks/plan_speed_gpu.sh [RUNS]
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source benchmarks/device_env.sh
 python3 benchmarks/plan_speed.py --auto-only --runs "${1:-5}" --json "${OUT:-/tmp}/plan_speed_auto.json"

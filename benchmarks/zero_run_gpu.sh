@@ -3,11 +3,8 @@
 # 40 steps per run; the run reports land in $OUT. Carry .whl (and .dsext; .bnb for qlora).
 # RUNS lists method:stage pairs (default "full:2 full:3"), e.g. RUNS="qlora:0 lora:2".
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
-if [ -d .bnb ]; then export PYTHONPATH=$PWD/.bnb:$PYTHONPATH; fi
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_EXTENSIONS_DIR=/tmp/dsext
-mkdir -p $TORCH_EXTENSIONS_DIR; if [ -f .dsext/dsext.tgz.aa ]; then cat .dsext/dsext.tgz.* | tar -xz -C $TORCH_EXTENSIONS_DIR; fi
+source benchmarks/device_env.sh
+export TORCH_CUDA_ARCH_LIST=9.0
 for run in ${RUNS:-full:2 full:3}; do
   method=${run%%:*} stage=${run##*:} name="${run/:/-s}"
   extra=""; [ "$method" = full ] && extra="--no-grad-checkpointing" || extra="--grad-checkpointing"
