@@ -21,7 +21,7 @@ from pathlib import Path
 from zero_planner.errors import InputError, closest
 from zero_planner.hardware import GPU_SPEC_FORMS, parse_gpus
 from zero_planner.plan import Plan, plan_json, save_plan
-from zero_planner.training_args import add_training_arguments, apply_training_args, positive_int
+from zero_planner.training_args import add_training_arguments, apply_training_args, parsed_number, positive_int
 
 PROG = "zero-plan"
 DEFAULT_SEQ_LEN = 2048
@@ -203,13 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dropout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1)") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1)")
-    return value
+    return parsed_number(text, float, lambda v: 0 <= v < 1, f"{text!r} is not a probability in [0, 1)")
 
 
 def _lora_info(args: argparse.Namespace):

@@ -41,14 +41,21 @@ _TRAINING_FIELDS = (
 )
 
 
-def _positive_float(text: str) -> float:
+def parsed_number(text: str, cast, valid, not_a_number: str, out_of_range: str | None = None):
+    """Returns cast(text) when `valid` accepts it; otherwise argparse's error: `not_a_number` when the text does
+    not parse, `out_of_range` (default the same message) when the value is refused. Every numeric option type."""
     try:
-        value = float(text)
+        value = cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+        raise argparse.ArgumentTypeError(not_a_number) from None
+    if not valid(value):
+        raise argparse.ArgumentTypeError(out_of_range or not_a_number)
     return value
+
+
+def _positive_float(text: str) -> float:
+    return parsed_number(text, float, lambda v: math.isfinite(v) and v > 0, f"{text!r} is not a number",
+                         f"{text!r} must be a positive number")  # fmt: skip
 
 
 def _learning_rate(text: str) -> float:
@@ -59,34 +66,18 @@ def _learning_rate(text: str) -> float:
 
 
 def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of steps or a share below 1") from None
-    if not math.isfinite(value) or value < 0 or (value >= 1 and value != int(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of steps (integer) or a share in [0, 1)")
-    return value
+    return parsed_number(text, float, lambda v: math.isfinite(v) and v >= 0 and (v < 1 or v == int(v)),
+                         f"{text!r} is not a number of steps or a share below 1",
+                         f"{text!r} is not a number of steps (integer) or a share in [0, 1)")  # fmt: skip
 
 
 def positive_int(text: str) -> int:
     """argparse type of every count option of zero-plan and zero-run."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+    return parsed_number(text, int, lambda v: v > 0, f"must be a positive integer, got {text!r}")
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
+    return parsed_number(text, int, lambda v: v >= 0, f"{text!r} is not an integer", f"{text!r} must be 0 or more")
 
 
 def add_training_arguments(parser: argparse.ArgumentParser, *, run: bool = False) -> None:
