@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs harness suites on a lent GPU machine (the device tool), writing results under $OUT.
 # usage: bash benchmarks/device_run.sh DEADLINE_S SUITE|CASES.jsonl [...]   (carry .whl, and .dsext if present)
+# SPLIT_GPUS=1 on a machine of several GPUs runs one harness per GPU on every n-th single-GPU case, each pinned to
+# its own equal share of the cores (recorded in the results' provenance: cpu_cores, host_note), results in
+# $OUT/results-gN.jsonl: single-GPU cases in parallel, each still alone on its GPU.
 set -u
 HARNESS_ARGS=${HARNESS_ARGS:-}
 deadline=$1; shift
@@ -17,7 +20,18 @@ for suite in "$@"; do
   left=$(( deadline - ($(date +%s) - start) ))
   [ $left -gt 30 ] || break
   if [ -f "$suite" ]; then which="--cases $suite"; else which="--suite $suite"; fi  # a JSONL of cases, or a suite name
-  python3 benchmarks/gpu_harness.py $which --out $OUT/results.jsonl --deadline-s $left $HARNESS_ARGS
+  if [ -n "${SPLIT_GPUS:-}" ]; then
+    n=$(nvidia-smi -L | wc -l); per=$(( $(nproc) / n ))
+    for g in $(seq 0 $((n - 1))); do
+      HARNESS_HOST_NOTE="one of $n harnesses on this host, GPU $g, cores $((g * per))-$((g * per + per - 1))" \
+        taskset -c $((g * per))-$((g * per + per - 1)) python3 benchmarks/gpu_harness.py $which --gpus $g \
+        --shard $g/$n --out $OUT/results-g$g.jsonl --deadline-s $left $HARNESS_ARGS > $OUT/harness-g$g.log 2>&1 &
+    done
+    wait $(jobs -p | grep -v "^$builder$")
+    tail -n 40 $OUT/harness-g*.log
+  else
+    python3 benchmarks/gpu_harness.py $which --out $OUT/results.jsonl --deadline-s $left $HARNESS_ARGS
+  fi
 done
 wait $builder
 if [ ! -f .dsext/dsext.tgz.aa ]; then tar -cz -C $TORCH_EXTENSIONS_DIR . | split -b 15M - $OUT/dsext.tgz. ; fi

@@ -57,7 +57,10 @@ def provenance() -> dict:
         "transformers": transformers.__version__,
         **adapters,
         "python": platform.python_version(),
+        "cpu_cores": len(os.sched_getaffinity(0)),  # the cores this harness and its cases may use
         "date": dt.date.today().isoformat(),
+        # Set by device_run.sh when another harness shares the host (one harness per GPU, cores split).
+        **({"host_note": os.environ["HARNESS_HOST_NOTE"]} if os.environ.get("HARNESS_HOST_NOTE") else {}),
     }
 
 
