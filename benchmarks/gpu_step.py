@@ -79,6 +79,28 @@ def main() -> None:
             "device_used_bytes": total - free,
         }
 
+    def host_mark(tag: str) -> None:
+        """Host memory now: RSS and its peak so far (/proc/self/status), the pinned memory PyTorch's caching
+        host allocator holds (requested vs reserved, i.e. after its power-of-two rounding) and what DeepSpeed
+        pinned through the accelerator: which host buffer is which size, not only the peak."""
+        mark: dict = {"tag": tag}
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    mark[line.split(":")[0]] = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        if on_cuda and hasattr(torch.cuda, "host_memory_stats"):
+            stats = torch.cuda.host_memory_stats()
+            mark["pinned"] = {k: v for k, v in stats.items() if k.endswith((".current", ".peak")) or "num_host" in k}
+        try:
+            from deepspeed.utils.pin_memory_tracker import _tracker
+
+            mark["deepspeed_pinned_bytes"], mark["deepspeed_pin_calls"] = _tracker._bytes, _tracker._calls
+        except (ImportError, AttributeError):
+            pass
+        record.setdefault("host_marks", []).append(mark)
+
     try:
         ds_config = case["deepspeed_config"]
         model, attn = case_model(case, ds_config, device, local_rank)
@@ -86,6 +108,7 @@ def main() -> None:
         record["num_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
         record["trainable_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
         record["timing_s"]["model"] = round(time.time() - went, 2)
+        host_mark("model")
         engine, *_ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
         )
@@ -97,6 +120,7 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
             record["after_init_empty_cache"] = device_stats()
         record["timing_s"]["initialize"] = round(time.time() - went, 2)
+        host_mark("initialize")
         vocab = case["model_config"].get("vocab_size")
         micro, seq = case["micro_batch_size"], case["seq_len"]
         generator = torch.Generator().manual_seed(1234 + rank)
@@ -125,6 +149,7 @@ def main() -> None:
             step_times.append(time.perf_counter() - start)
             losses.append(float(loss.detach().float().item()))
         phase = "done"
+        host_mark("steps")
         record["timing_s"]["steps"] = round(time.time() - went, 2)
         record["step_times_s"] = step_times
         if on_cuda:
