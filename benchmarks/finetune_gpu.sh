@@ -10,6 +10,7 @@
 #   vs-trainer benchmarks/zero_run_vs_trainer.py: zero-run vs a bare DeepSpeed loop vs HF Trainer, 50 steps
 #   probe      zero-run --probe 3 --probe-only on Llama-3.2-1B (config, random init) at seq 2048, timed
 #   vs-alloc   zero-run and the bare loop, with the default allocator and with expandable segments for both
+#   vs-bare    zero-run (as a user runs it) and the bare loop alternated twice at a GPU-bound shape
 #   zr-only    the vs-trainer benchmark's zero-run alone (the other two runs' results kept from an earlier call)
 #   phases     zero-run by hub id at --stage 0 and --stage 3 (auto micro-batch, seq 2048), 10 steps, a checkpoint
 #              and the final export: host RSS per phase (run_report ranks[].host_rss_marks)
@@ -66,6 +67,15 @@ for stage in ${STAGES:-plan-auto finetune vs-trainer probe}; do
       ( export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:$([ $conf = expandable ] && echo True || echo False)
         timeout 240 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --work-dir /tmp/zrvt \
           --only zero-run,deepspeed --out $R/vs-alloc-$conf.json 2>&1 | filter | tail -8 )
+      rm -rf /tmp/zrvt
+    done ;;
+  vs-bare)
+    # zero-run as a user runs it (its own allocator setting) vs the bare loop, alternated twice (A B A B) at a
+    # GPU-bound shape (Llama-3.2-1B, stage 2, 8 x 2048), so drift of the machine shows as a difference between rounds
+    unset HF_HUB_OFFLINE PYTORCH_CUDA_ALLOC_CONF
+    for round in 1 2; do
+      timeout 200 python3 benchmarks/zero_run_vs_trainer.py --gpus auto --steps 50 --micro-batch 8 --seq-len 2048 \
+        --work-dir /tmp/zrvt --only zero-run,deepspeed --out $R/vs-bare-$round.json 2>&1 | filter | tail -7
       rm -rf /tmp/zrvt
     done ;;
   zr-only)

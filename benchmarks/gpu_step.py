@@ -146,6 +146,8 @@ def main() -> None:
                 if on_cuda:
                     torch.cuda.synchronize()
                     record["phases"].append({"step": step, "phase": phase, **device_stats()})
+                if step == 0:
+                    host_mark(phase)  # which phase of a step holds a host transient
             step_times.append(time.perf_counter() - start)
             losses.append(float(loss.detach().float().item()))
         phase = "done"

@@ -31,7 +31,7 @@ def test_zero3_random_init_matches_the_models_own_init(tmp_path):
     assert record["status"] == "ok", record.get("error")
     assert record["losses"][0] < 1.5 * math.log(4096)  # measured 8.34; without the fix 253
     marks = {m["tag"]: m for m in record["host_marks"]}  # host memory after each phase
-    assert list(marks) == ["model", "initialize", "steps"]
+    assert list(marks) == ["model", "initialize", "forward", "backward", "step", "steps"]
     assert 0 < marks["model"]["VmRSS"] <= marks["steps"]["VmHWM"]
     assert abs(marks["steps"]["VmHWM"] / record["host_rss_peak_bytes"] - 1) < 0.01  # two readings of one peak
 

@@ -451,7 +451,9 @@ def estimate_memory(
         overhead = reserved - peak + context
     total = peak + overhead
 
-    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w)
+    # Parameters offloaded: each one's partition is pinned on its own. With adapters the trainable ones are
+    # small and the frozen weights are counted at their stored bytes.
+    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, () if adapters else spec.tensor_sizes)
     if off_param:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
@@ -517,18 +519,23 @@ def checkpoint_staging_bytes(spec: ModelSpec, strategy: Strategy, P: int, n: int
     return 4 * Pn
 
 
-def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int) -> int:
+def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
+                tensor_sizes: tuple[tuple[int, int], ...] = ()) -> int:
     """Returns host memory per node: one process per local GPU, plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
         pinned(w Pn), pinned fp32 gradient partition pinned(4 Pn), and CPU Adam's two fp32 moments (8 Pn);
-      stage 3 (stage3.py): the fp32 master copy 4 Pn (not pinned), the pinned flat fp32 gradient buffer
-        pinned(4 Pn), a pinned fp32 gradient buffer per optimizer sub-group (<= SUB_GROUP_SIZE elements,
-        initialize_optimizer_states) and Adam's moments 8 Pn; with parameters offloaded too, the pinned
-        16-bit parameter buffer pinned(w Pn).
-    Checked against peak RSS on Llama 3.2 1B, Qwen2.5-0.5B, GPT-2 medium and Mistral-8L (memory_regression):
-    stages 1-2 within -4%..+1%, stage 3 within -8%..+8%.
+      stage 3 (stage3.py): the fp32 master copy 4 Pn (not pinned), a pinned fp32 gradient buffer per optimizer
+        sub-group (<= SUB_GROUP_SIZE elements, initialize_optimizer_states), the pinned flat gradient buffer
+        (grad_partitions_flat_buffer) in the gradient-accumulation dtype, which DeepSpeed takes from the model
+        (engine.get_data_types: w bytes, not fp32), and Adam's moments 8 Pn. With parameters on the GPU, the
+        step converts each sub-group's fp32 master to w bytes on the host before copying it up: w * group.
+      parameters offloaded (stage 3, partition_parameters.py): every parameter's partition pinned on its own
+        (each rounded, and kept), plus the flat 16-bit buffer they are defragmented into, pinned(w Pn).
+    Measured buffer by buffer (gpu_step host marks: PyTorch's pinned-memory statistics and RSS after
+    initialize and after the steps; Llama-3.2-1B and Phi-3-mini, H200, 2026-11-23): every pinned allocation
+    above, its size and rounding, and the step transient (1.86-1.89 GiB) as counted here.
     """
     per_rank = PROCESS_RSS_BYTES
     Pn = math.ceil(P / n)
@@ -536,9 +543,12 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int) 
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
-            per_rank += 4 * Pn + pinned_bytes(4 * Pn) + sum(pinned_bytes(4 * g) for g in groups) + 8 * Pn
+            per_rank += 4 * Pn + sum(pinned_bytes(4 * g) for g in groups) + pinned_bytes(w * Pn) + 8 * Pn
+            if strategy.offload_param == "none":
+                per_rank += w * max(groups)
         else:
             per_rank += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn
     if strategy.offload_param != "none":
-        per_rank += pinned_bytes(w * Pn)
+        partitions = sum(pinned_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
+        per_rank += pinned_bytes(w * Pn) + partitions
     return max(per_rank, defragment) * gpus_per_node
