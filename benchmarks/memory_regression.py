@@ -36,12 +36,7 @@ HOST_LIMIT = 0.10  # host RSS of the operating-point cases, per rank ...
 # ... beyond the spread of the bare process, which no term models: 1.84-2.27 GiB across architectures.
 HOST_SLACK_BYTES = 256 * 2**20
 # Measured host RSS beyond HOST_LIMIT whose cause is not found yet: printed on every run, never silently passed.
-KNOWN_HOST_MISSES = {
-    "llama3.2-3b|3-offload|": "H200 host, 2026-11-23: 60.9 GiB measured, 67.0 predicted (+10.1%, on the safe side). "
-    "The same model's 3-offload-all measured 75.4 against 75.0, and the two differ in the model only by the pinned "
-    "16-bit parameter buffer (8 GiB), but measured by 14.5 GiB; which pinned buffer is smaller than counted is "
-    "not known (no stage-3 offload case of this size on the H100 to compare)",
-}
+KNOWN_HOST_MISSES: dict[str, str] = {}  # id prefix -> why a host miss beyond the limit is known and not yet fixed
 
 
 def load_cases() -> list[dict]:

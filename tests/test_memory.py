@@ -90,6 +90,31 @@ def test_offload_terms():
     assert all_off.cpu_total_bytes > est.cpu_total_bytes
 
 
+def test_stage3_offload_host_terms_by_hand():
+    """Host memory of ZeRO-3 with the optimizer offloaded, term by term (the buffers measured on H100/H200:
+    gpu_step's pinned-memory statistics). P = 1e9 elements, one sub-group, bf16 (w = 2), one GPU."""
+    from zero_planner.memory import PROCESS_RSS_BYTES, pinned_bytes
+
+    spec = synthetic_spec()
+    host = estimate_memory(spec, STRATEGIES["3-offload"], workload(1), gpu_name="H100").cpu_training_bytes
+    fp32_master, adam_moments = 4 * P, 8 * P
+    subgroup_grad = pinned_bytes(4 * P)  # 4e9 bytes -> 4 GiB pinned
+    flat_grad = pinned_bytes(2 * P)  # grad_partitions_flat_buffer in the model's dtype -> 2 GiB
+    step_copy = 2 * P  # the sub-group's fp32 master converted to bf16 on the host before the copy up
+    assert host == PROCESS_RSS_BYTES + fp32_master + subgroup_grad + flat_grad + adam_moments + step_copy
+
+    all_off = estimate_memory(spec, STRATEGIES["3-offload-all"], workload(1), gpu_name="H100").cpu_training_bytes
+    # No step copy (parameters live on the host); every tensor's partition pinned on its own, the tied LM head
+    # (vocab x hidden = 1 x 1000 here) once more, and the flat 16-bit parameter buffer.
+    partitions = pinned_bytes(2 * (P - 20_000)) + 20 * pinned_bytes(2 * 1000) + pinned_bytes(2 * 1000)
+    assert all_off == host - step_copy + partitions + pinned_bytes(2 * P)
+
+    fp16 = estimate_memory(spec, STRATEGIES["3-offload"], workload(1, precision="fp16"), gpu_name="H100")
+    assert fp16.cpu_training_bytes == host - step_copy + 3 * P  # the overflow check: abs() copy + a bool each
+    fp32 = estimate_memory(spec, STRATEGIES["3-offload"], workload(1, precision="fp32"), gpu_name="H100")
+    assert fp32.cpu_training_bytes == PROCESS_RSS_BYTES + fp32_master + subgroup_grad + pinned_bytes(4 * P) + adam_moments
+
+
 def test_total_adds_context_and_allocator_slack():
     est = estimate_memory(synthetic_spec(), STRATEGIES["2"], workload(1), gpu_name="H100")
     assert est.total_bytes == est.peak_allocated_bytes + est.overhead_bytes

@@ -452,8 +452,11 @@ def estimate_memory(
     total = peak + overhead
 
     # Parameters offloaded: each one's partition is pinned on its own. With adapters the trainable ones are
-    # small and the frozen weights are counted at their stored bytes.
-    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, () if adapters else spec.tensor_sizes)
+    # small and the frozen weights are counted at their stored bytes. A tied LM head is partitioned (and its
+    # partition pinned and kept) under zero.Init before transformers ties it to the embedding: one partition
+    # more than the model has tensors (147 pinned for Llama-3.2-1B's 146 tensors, measured).
+    offloaded = () if adapters else spec.tensor_sizes + (((spec.vocab_size * spec.hidden_size, 1),) if spec.tie_word_embeddings else ())
+    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, offloaded, workload.precision)
     if off_param:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
@@ -520,7 +523,7 @@ def checkpoint_staging_bytes(spec: ModelSpec, strategy: Strategy, P: int, n: int
 
 
 def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
-                tensor_sizes: tuple[tuple[int, int], ...] = ()) -> int:
+                tensor_sizes: tuple[tuple[int, int], ...] = (), precision: str = "bf16") -> int:
     """Returns host memory per node: one process per local GPU, plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
@@ -529,13 +532,16 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
       stage 3 (stage3.py): the fp32 master copy 4 Pn (not pinned), a pinned fp32 gradient buffer per optimizer
         sub-group (<= SUB_GROUP_SIZE elements, initialize_optimizer_states), the pinned flat gradient buffer
         (grad_partitions_flat_buffer) in the gradient-accumulation dtype, which DeepSpeed takes from the model
-        (engine.get_data_types: w bytes, not fp32), and Adam's moments 8 Pn. With parameters on the GPU, the
-        step converts each sub-group's fp32 master to w bytes on the host before copying it up: w * group.
+        (engine.get_data_types: w bytes, not fp32), and Adam's moments 8 Pn. Transients of the step, one at a
+        time: with 16-bit parameters on the GPU, each sub-group's fp32 master converted to w bytes on the host
+        before the copy up (w * group; none in fp32); with fp16's loss scaling, the overflow check on the flat
+        gradient buffer (torch.isinf/isnan on the CPU: a w-byte abs() copy and a bool per element, (w + 1) Pn).
       parameters offloaded (stage 3, partition_parameters.py): every parameter's partition pinned on its own
         (each rounded, and kept), plus the flat 16-bit buffer they are defragmented into, pinned(w Pn).
     Measured buffer by buffer (gpu_step host marks: PyTorch's pinned-memory statistics and RSS after
-    initialize and after the steps; Llama-3.2-1B and Phi-3-mini, H200, 2026-11-23): every pinned allocation
-    above, its size and rounding, and the step transient (1.86-1.89 GiB) as counted here.
+    initialize and after each phase; Llama-3.2-1B, Phi-3-mini, Qwen2.5-0.5B, H200 and H100, 2026-11-23): every
+    pinned allocation above, its size and rounding, and the step transients (bf16 1.86-1.89 GiB, fp16 3.45 GiB
+    on Llama-3.2-1B, none in fp32) as counted here.
     """
     per_rank = PROCESS_RSS_BYTES
     Pn = math.ceil(P / n)
@@ -544,8 +550,9 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
             per_rank += 4 * Pn + sum(pinned_bytes(4 * g) for g in groups) + pinned_bytes(w * Pn) + 8 * Pn
-            if strategy.offload_param == "none":
-                per_rank += w * max(groups)
+            convert = w * max(groups) if w < 4 and strategy.offload_param == "none" else 0
+            overflow_check = (w + 1) * Pn if precision == "fp16" else 0
+            per_rank += max(convert, overflow_check)
         else:
             per_rank += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn
     if strategy.offload_param != "none":
