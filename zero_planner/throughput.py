@@ -40,18 +40,27 @@ zeroing). The kernels' own traffic is ~62 B (fp32 grad accumulate 10, norm 4, cl
 zero 4); the fit finds more (per-tensor launches and Python in the step), so the constant is the measured
 figure. MEASURED_ON; benchmarks/throughput_fit.py, stages 0-2."""
 
-STAGE3_SECONDS_PER_FETCH = 1.96e-3
+STAGE3_SECONDS_PER_FETCH = 1.88e-3
 """FITTED: host seconds per ZeRO-3 parameter fetch (one gathered tensor, forward or backward): the
 pre/post-forward/backward module hooks, the partitioned-parameter coordinator's trace and prefetch
 bookkeeping, `__allgather_params` (a copy even on one GPU) and the release, and the gradient's
 reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
 parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than the
-micro-step's GPU work (small micro-batches). MEASURED_ON; benchmarks/throughput_fit.py, stage-3 cases."""
+micro-step's GPU work (small micro-batches). MEASURED_ON; benchmarks/throughput_fit.py, stage-3 cases, their
+steps 2.. (benchmarks/throughput_check.warmup_steps: ZeRO-3 records its trace in step 1)."""
 
-CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.78e9
+CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.88e9
 """FITTED: parameters per second that DeepSpeed's CPUAdam updates with all cores of one node, including the
 fp32 gradient copy to host and the bf16 parameter copy back (offload cases of MEASURED_ON, 16 host cores).
 A many-core server may be faster; the figure is what we measured, not scaled by core count."""
+
+STAGE3_OFFLOAD_COPY_BYTES_PER_S = 4.8e9
+"""MEASURED: bytes per second at which ZeRO-3 with the optimizer offloaded and parameters on the GPU brings the
+updated parameters up: each sub-group's fp32 master is converted into a fresh, unpinned 16-bit host buffer
+and copied to the GPU from pageable memory (stage3.py _optimizer_step; the w-byte host transient that
+memory.py counts), where ZeRO-2 offload copies from a pinned staging buffer. Llama-3.2-3B on the H200 (16 host
+cores, alone, 2026-11-23): 3-offload minus 2-offload at equal shapes, +1.10 s (mb 12) and +1.58 s (mb 38, gc)
+per step for 6.4 GB, 4.1-5.8 GB/s; CPU Adam and every other term are common to both and cancel."""
 
 INTER_NODE_BANDWIDTH_BYTES_PER_S = 25 * 10**9
 """Node-to-node bandwidth per direction assumed when the GPU catalog gives none: 200 Gb/s, one
@@ -333,6 +342,8 @@ def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Wor
     Optimizer offload (ZeRO-Offload): each GPU sends its gradient partition down (2 bytes * Psi/n, every
     micro-step, as stages 2/3 reduce every micro-step) and receives its updated 16-bit parameters back up
     (2 bytes * Psi/n, once per step); the node's CPUs run Adam over the node's share, Psi * gpus_per_node / n.
+    ZeRO-3 keeping parameters on the GPU brings them up from pageable memory instead
+    (STAGE3_OFFLOAD_COPY_BYTES_PER_S).
     Parameter offload (ZeRO-Infinity, stage 3): the parameter partition comes up from host memory for the
     forward and again for the backward (one more time for a recomputed forward), every micro-step.
     """
@@ -348,6 +359,8 @@ def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Wor
     if strategy.offload_optimizer != "none":
         seconds += (partition_bytes * accum + partition_bytes) / pcie
         seconds += psi * workload.gpus_per_node / n / CPU_ADAM_PARAMS_PER_S_PER_NODE
+        if strategy.stage == 3 and strategy.offload_param == "none":
+            seconds += partition_bytes / STAGE3_OFFLOAD_COPY_BYTES_PER_S
     if strategy.offload_param != "none":
         transfers = 3 if workload.gradient_checkpointing else 2
         seconds += transfers * weight_bytes(spec, workload) / n * accum / pcie
