@@ -127,7 +127,9 @@ class Running:
         else:
             status = "oom" if "oom" in statuses else "error" if "error" in statuses else "ok"
         line = {"id": self.case["id"], "status": status, "case": self.case, "ranks": ranks,
-                "wall_s": round(time.time() - self.start, 1)}  # fmt: skip
+                "wall_s": round(time.time() - self.start, 1),
+                # When it ran, to line it up with cases of another harness on the same host (SPLIT_GPUS).
+                "started_unix": round(self.start, 1), "ended_unix": round(time.time(), 1)}  # fmt: skip
         if status in ("crash", "timeout"):
             line["log_tail"] = (self.workdir / "log.txt").read_text()[-3000:]
         return line
