@@ -283,6 +283,10 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     tokens_per_step = world * micro * accum * seq_len
     step = start_step
     timed_s, timed_steps = 0.0, 0
+    # Steps left out of tokens/s: the first (allocations, kernel tuning), and under ZeRO-3 with one micro-step
+    # per step also the second: DeepSpeed records its parameter trace in the second forward/backward and
+    # prefetches only from the third (partitioned_param_coordinator.reset_step).
+    warm = 2 if stage == 3 and accum == 1 else 1
     phase = "forward"
     stopping = 0
     eval_losses: list[dict[str, float]] = []
@@ -329,8 +333,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 step += 1
                 losses.append(step_loss)
                 step_times.append(elapsed)
-                if step > start_step + 1 or max_steps - start_step == 1:
-                    timed_s, timed_steps = timed_s + elapsed, timed_steps + 1  # the first step warms up
+                if step > start_step + warm or max_steps - start_step <= warm:
+                    timed_s, timed_steps = timed_s + elapsed, timed_steps + 1
                 log_line = bool(t.log_every) and step % t.log_every == 0
                 if log_line or not progress.disable:
                     tps = tokens_per_step * timed_steps / timed_s if timed_s else tokens_per_step / elapsed
