@@ -3,7 +3,10 @@
 # usage: bash benchmarks/device_run.sh DEADLINE_S SUITE|CASES.jsonl [...]   (carry .whl, and .dsext if present)
 # SPLIT_GPUS=1 on a machine of several GPUs runs one harness per GPU on every n-th single-GPU case, each pinned to
 # its own equal share of the cores (recorded in the results' provenance: cpu_cores, host_note), results in
-# $OUT/results-gN.jsonl: single-GPU cases in parallel, each still alone on its GPU.
+# $OUT/results-gN.jsonl: single-GPU cases in parallel, each still alone on its GPU. Their memory figures are as
+# good as alone; their step times are not: a neighbour's CPU Adam and pinned copies slowed offload and ZeRO-1/2
+# steps by up to 45% (H200 x2, 2026-11-23), so throughput_check reports host-shared rows apart. Run suites
+# whose timings matter (offload above all) without SPLIT_GPUS.
 set -u
 HARNESS_ARGS=${HARNESS_ARGS:-}
 deadline=$1; shift

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 
 class InputError(ValueError):
@@ -17,3 +19,21 @@ def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
         by_lower.setdefault(choice.lower(), choice)
     matches = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.5)
     return [by_lower[m] for m in matches]
+
+
+def read_mapping(path: str | Path, where: str, parse: Callable[[str], Any], parse_errors: tuple[type[Exception], ...],
+                 language: str, expected: str) -> dict[str, Any]:
+    """Returns the mapping a config file holds: `parse` of its text. Every way it can fail is an InputError
+    that starts with `where` (the flag and path): no such file, unreadable, not valid `language` (the parser's
+    message on one line), or not a mapping ("is not `expected`")."""
+    try:
+        data = parse(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{where}: cannot read it ({error.__class__.__name__}: {error})") from None
+    except parse_errors as error:
+        raise InputError(f"{where} is not valid {language}: {' '.join(str(error).split())}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where} is not {expected}")
+    return data

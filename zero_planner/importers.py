@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from zero_planner.errors import InputError, closest
+from zero_planner.errors import InputError, closest, read_mapping
 from zero_planner.plan import LoraInfo
 
 TOOL_KEYS_FILE = Path(__file__).with_name("catalog") / "tool_keys.json"
@@ -107,18 +107,8 @@ def read_config(tool: str, path: str | Path) -> ImportedConfig:
 def _load_yaml(tool: str, path: str | Path) -> dict[str, Any]:
     import yaml
 
-    where = f"{FLAGS[tool]} {str(path)!r}"
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{where}: cannot read it ({error.__class__.__name__})") from None
-    except yaml.YAMLError as error:
-        raise InputError(f"{where} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{where} is not a {NAMES[tool]} config (a YAML mapping of keys expected)")
-    return data
+    return read_mapping(path, f"{FLAGS[tool]} {str(path)!r}", yaml.safe_load, (yaml.YAMLError,), "YAML",
+                        f"a {NAMES[tool]} config (a YAML mapping of keys expected)")
 
 
 def _check_keys(tool: str, path: str | Path, data: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zero_planner.assemble import _assemble, candidate
 from zero_planner.checks import ADAPTER_METHODS, check_inputs, resolve_precision
 from zero_planner.dsconfig import bucket_sizes, default_optimizer
-from zero_planner.errors import InputError
+from zero_planner.errors import InputError, read_mapping
 from zero_planner.fit import _gib, gpu_limit_bytes
 from zero_planner.hardware import Cluster
 from zero_planner.memory import ALLOC_CONF, ZeroBuffers
@@ -45,17 +45,8 @@ class ConfigEstimate:
 
 def read_ds_config(path: str | Path) -> dict[str, Any]:
     """Returns the DeepSpeed JSON at `path` as a dict; InputError when unreadable or not a JSON object."""
-    try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"--ds-config {str(path)!r}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"--ds-config {str(path)!r}: cannot read it ({error.__class__.__name__}: {error})") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"--ds-config {str(path)!r} is not valid JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"--ds-config {str(path)!r} is not a DeepSpeed config (a JSON object expected)")
-    return config
+    return read_mapping(path, f"--ds-config {str(path)!r}", json.loads, (json.JSONDecodeError,), "JSON",
+                        "a DeepSpeed config (a JSON object expected)")
 
 
 def _int_field(config: dict, key: str, where: str = "") -> int | None:
