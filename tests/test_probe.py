@@ -157,41 +157,36 @@ def test_why_the_chosen_one_wins(outcomes, tps, reason):
     assert probe.why_chosen(probe_plan(), run) == reason
 
 
-def step_log(step_seconds: list[float], tokens_per_step: int) -> str:
-    """train.py's progress lines for steps of the given durations (its running average leaves step 1 out)."""
-    lines, timed = [], 0.0
-    for k, seconds in enumerate(step_seconds, 1):
-        if k > 1:
-            timed += seconds
-        tps = tokens_per_step * (k - 1) / timed if timed else tokens_per_step / seconds
-        lines.append(f"step {k}/{len(step_seconds)}  loss 5.0000  lr 1.00e-05  {tps:,.0f} tok/s  mem rss 0.50 GiB")
-    return "\n".join(["[INFO] launcher noise", *lines, "zero-run: final model in x"])
-
-
 def test_tokens_per_second_leaves_the_warm_up_steps_out():
-    log = step_log([9.0, 3.0, 2.0, 2.0, 2.0, 2.0], tokens_per_step=10_000)
-    assert probe.tokens_per_second_after(log, 2) == pytest.approx(10_000 / 2.0, rel=1e-3)
-    assert probe.tokens_per_second_after(log, 1) == pytest.approx(10_000 * 5 / 11.0, rel=1e-3)
-    assert probe.tokens_per_second_after(step_log([9.0, 3.0], 10_000), 2) is None  # nothing after the warm-up
-    assert probe.tokens_per_second_after("no progress lines", 2) is None
+    report = {"world_size": 2, "micro_batch_size": 5, "gradient_accumulation_steps": 1, "seq_len": 1000,
+              "step_times_s": [9.0, 3.0, 2.0, 2.0, 2.0, 2.0]}  # 10,000 tokens per step
+    assert probe.tokens_per_second_after(report, 2) == pytest.approx(10_000 / 2.0)
+    assert probe.tokens_per_second_after(report, 1) == pytest.approx(10_000 * 5 / 11.0)
+    assert probe.tokens_per_second_after(dict(report, step_times_s=[9.0, 3.0]), 2) is None  # nothing after them
+    assert probe.tokens_per_second_after(dict(report, step_times_s=[]), 2) is None
 
 
-def write_report(directory: Path, status: str = "ok") -> None:
+def write_report(directory: Path, status: str = "ok", **fields) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     ranks = [
         {"rank": 0, "peak_allocated_bytes": 3 * GIB, "peak_reserved_bytes": 4 * GIB, "host_rss_bytes": GIB},
         {"rank": 1, "peak_allocated_bytes": 5 * GIB, "peak_reserved_bytes": 6 * GIB, "host_rss_bytes": 2 * GIB},
     ]
     report = {"status": status, "ranks": ranks, "tokens_per_second": 1234.0, "device": "NVIDIA H100",
-              "versions": {"torch": "x"}}  # fmt: skip
+              "versions": {"torch": "x"}, **fields}  # fmt: skip
     (directory / "run_report.json").write_text(json.dumps(report))
+
+
+STEPS_RUN = {"world_size": 2, "micro_batch_size": 5, "gradient_accumulation_steps": 1, "seq_len": 1000,
+             "step_times_s": [9, 3, 2, 2, 2, 2]}  # 10,000 tokens per step
 
 
 @pytest.mark.parametrize(
     "rc, signals, log, files, expected",
     [
-        (0, 0, step_log([9, 3, 2, 2, 2, 2], 10_000), "report", ("ok", 5000.0, 5 * GIB, 2 * GIB, 2)),
-        (0, 0, "no progress lines", "report", ("ok", 1234.0, 5 * GIB, 2 * GIB, 1)),  # train's own figure
+        (0, 0, "", "report-steps", ("ok", 5000.0, 5 * GIB, 2 * GIB, 2)),
+        (0, 0, "", "report", ("ok", 1234.0, 5 * GIB, 2 * GIB, 1)),  # no step times: train's own figure
+        (0, 0, "", "report-zero3", ("ok", 1234.0, 5 * GIB, 2 * GIB, 2)),  # ... after train's own warm-up
         (3, 0, "", "oom", ("oom", None, None, None, 0)),
         (1, 0, "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "",
          ("oom", None, None, None, 0)),
@@ -203,6 +198,10 @@ def write_report(directory: Path, status: str = "ok") -> None:
 def test_outcome_of_a_launch(tmp_path, rc, signals, log, files, expected):
     if files == "report":
         write_report(tmp_path)
+    elif files == "report-steps":
+        write_report(tmp_path, **STEPS_RUN)
+    elif files == "report-zero3":
+        write_report(tmp_path, **dict(STEPS_RUN, step_times_s=[9, 3]), warmup_steps=2)
     elif files == "oom":
         (tmp_path / "oom_rank1.json").write_text(json.dumps({"message": "rank 1 ran out of GPU memory in backward"}))
     outcome = probe.outcome_of(rc, signals, log, tmp_path, warmup=2)

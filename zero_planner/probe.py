@@ -55,7 +55,6 @@ OOM_PATTERN = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALL
 """A rank's CUDA OOM as it reaches the launcher's output: torch's message and exception name, and cuBLAS
 failing to allocate its workspace (an OOM in disguise). train.py also writes oom_rank{N}.json when the step
 loop catches one; an OOM in deepspeed.initialize shows up only in the output."""
-STEP_LINE = re.compile(r"^step (\d+)/(\d+)\s+loss \S+\s+(?:lr \S+\s+)?([\d,]+) tok/s", re.MULTILINE)
 """zero_planner.train's progress line: `step 3/6  loss 5.1234  lr 1.00e-05  12,345 tok/s ...` (tok/s is the
 running average over the steps after the first; older lines had no lr)."""
 STAGE_ORDER = list(STRATEGIES)
@@ -209,24 +208,15 @@ Runner = Callable[[Plan], RunOutcome]
 """Runs one candidate plan (from candidate_plan) and returns its outcome; injected in tests."""
 
 
-def tokens_per_second_after(log_text: str, warmup: int) -> float | None:
-    """Returns tokens/s over the steps after the first `warmup`, from train's per-step running averages.
-
-    The line after step k reports a_k = tokens_per_step * (k - 1) / T_k, T_k the time of steps 2..k, so
-    T_k = tokens_per_step * (k - 1) / a_k and the rate over steps warmup+1..N is
-    (N - warmup) / ((N - 1) / a_N - (warmup - 1) / a_warmup) (tokens_per_step cancels). None when the lines
-    are missing (then run_report.json's rate, after one warm-up step, is used)."""
-    averages = {int(m[1]): float(m[3].replace(",", "")) for m in STEP_LINE.finditer(log_text)}
-    if not averages:
+def tokens_per_second_after(report: dict[str, Any], warmup: int) -> float | None:
+    """Returns tokens/s over the steps after the first `warmup`, from the step times zero-run records
+    (run_report.json step_times_s); None when no step ran after them."""
+    times = report.get("step_times_s") or []
+    if len(times) <= warmup:
         return None
-    last = max(averages)
-    if warmup <= 1 or last <= warmup:
-        return averages[last] if warmup <= 1 and last >= 2 else None
-    a_n, a_w = averages.get(last), averages.get(warmup)
-    if not a_n or not a_w:
-        return None
-    seconds_per_token_step = (last - 1) / a_n - (warmup - 1) / a_w
-    return (last - warmup) / seconds_per_token_step if seconds_per_token_step > 0 else None
+    tokens_per_step = (report["world_size"] * report["micro_batch_size"] * report["gradient_accumulation_steps"]
+                       * report["seq_len"])  # fmt: skip
+    return tokens_per_step * (len(times) - warmup) / sum(times[warmup:])
 
 
 def _largest(ranks: list[dict[str, Any]], key: str) -> int | None:
@@ -262,9 +252,9 @@ def outcome_of(rc: int, signals: int, log_text: str, output_dir: Path, warmup: i
         return RunOutcome("error", message=f"launcher exit status {rc}: {why}")
     report = json.loads(report_path.read_text())
     ranks = report.get("ranks") or []
-    tps, used = tokens_per_second_after(log_text, warmup), warmup
-    if tps is None:  # train's own figure leaves the first step out
-        tps, used = report.get("tokens_per_second"), 1
+    tps, used = tokens_per_second_after(report, warmup), warmup
+    if tps is None:  # too few steps: train's own figure, after its own warm-up
+        tps, used = report.get("tokens_per_second"), report.get("warmup_steps", 1)
     return RunOutcome(
         "ok" if report.get("status") == "ok" else "error",
         tokens_per_second=tps,

@@ -387,6 +387,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         )
         report["eval_losses"] = eval_losses
         report["step_times_s"] = step_times
+        report["warmup_steps"] = warm  # steps before these left out of tokens_per_second
         report["data"] = {"dataset": t.dataset, "format": data_format, "blocks": len(blocks),
                           "tokenizer": tokenizer.name, "init": plan.model.init, "load_path": source}  # fmt: skip
         ckpt.write_json_atomic(output_dir / "run_report.json", report)
