@@ -107,13 +107,18 @@ def option_text(option) -> str:
     )
 
 
-def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes: int) -> str:
-    """Returns the table's short verdict: `chosen (fastest)`, `fits, 23% slower`, or what does not fit
-    (`GPU 17.2>13.8`: GiB needed > GiB allowed); `fitting` is how many candidates fit."""
+def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes: int, fastest: float = 0.0) -> str:
+    """Returns the table's short verdict: `chosen (fastest)` (or `chosen (tie, simplest)` when a candidate
+    within planner.SPEED_TIE is faster: `fastest` is the top tokens/s), `fits, 23% slower`, or what does not
+    fit (`GPU 17.2>13.8`: GiB needed > GiB allowed); `fitting` is how many candidates fit."""
     if option.fits:
         unmodelled = option.step is not None and not option.step.modelled  # CPU processes: no speed figure
         if option is chosen:
-            return "chosen (only fit)" if fitting == 1 else "chosen" if unmodelled else "chosen (fastest)"
+            if fitting == 1:
+                return "chosen (only fit)"
+            if unmodelled:
+                return "chosen"
+            return "chosen (tie, simplest)" if option.tokens_per_second < fastest else "chosen (fastest)"
         if unmodelled:
             return "fits"
         if chosen is not None and chosen.tokens_per_second > 0:
@@ -146,6 +151,7 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name not in ("verdict", "why not"))
     fitting = sum(o.fits for o in options)
+    fastest = max((o.tokens_per_second for o in options if o.fits), default=0.0)
     for option in options:
         m = option.memory
         row = ["->" if option is chosen else "", option.strategy.name, "on" if option.gradient_checkpointing else "off",
@@ -160,7 +166,7 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
             row.append(chosen_label)
         else:
             row.append(verdict(option, chosen, fitting=fitting, gpu_cap_bytes=gpu_cap_bytes,
-                               host_cap_bytes=host_cap_bytes))  # fmt: skip
+                               host_cap_bytes=host_cap_bytes, fastest=fastest))  # fmt: skip
         style = "bold green" if option is chosen else (None if option.fits else "dim")
         table.add_row(*row, style=style)
     return table
@@ -192,7 +198,13 @@ def why_chosen(options, chosen) -> str:
     if chosen.step is not None and not chosen.step.modelled:
         return f"first of {len(fitting)} candidates that fit by the planner's order (tokens/s not modelled on CPU)"
     ahead = chosen.tokens_per_second / best_other.tokens_per_second - 1 if best_other.tokens_per_second else 0
-    margin = f"{ahead:.0%} ahead of" if ahead >= 0.005 else "as fast as (simpler than)"
+    margin = f"{ahead:.0%} ahead of" if ahead >= 0.005 else "as fast as (simpler than)"  # planner.SPEED_TIE
+    if ahead < 0:  # a tie within planner.SPEED_TIE, won by the simpler candidate
+        return (
+            f"tied for fastest of {len(fitting)} candidates that fit ({chosen.tokens_per_second:,.0f} tokens/s, "
+            f"within the model's resolution of {option_text(best_other)} at {best_other.tokens_per_second:,.0f}), "
+            f"and simpler"
+        )
     return (
         f"the fastest of {len(fitting)} candidates that fit ({chosen.tokens_per_second:,.0f} tokens/s), "
         f"{margin} {option_text(best_other)}"
