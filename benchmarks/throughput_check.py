@@ -25,6 +25,7 @@ from benchmarks.memory_regression import load_cases, workload_of  # noqa: E402
 from zero_planner.hardware import GPU, find_gpu  # noqa: E402
 from zero_planner.memory import Workload  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
+from zero_planner.planner import SPEED_TIE  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 from zero_planner.throughput import estimate_step_time, training_flops  # noqa: E402
 
@@ -115,6 +116,16 @@ def describe(case: MeasuredCase) -> str:
     return f"{case.strategy} mb{w.micro_batch_size}{' gc' if w.gradient_checkpointing else ''}"
 
 
+def model_choice(group: list[MeasuredCase]) -> MeasuredCase:
+    """Returns the candidate the planner would run among `group`: the fastest by the model, a tie within
+    planner.SPEED_TIE going to the simpler strategy, then no checkpointing, then the larger micro-batch."""
+    fastest = max(c.predicted_tokens_per_second() for c in group)
+    tied = [c for c in group if c.predicted_tokens_per_second() >= fastest * (1 - SPEED_TIE)]
+    order = list(STRATEGIES)
+    return min(tied, key=lambda c: (order.index(c.strategy), c.workload.gradient_checkpointing,
+                                    -c.workload.micro_batch_size))  # fmt: skip
+
+
 def plan_quality(cases: list[MeasuredCase]) -> list[float]:
     """Prints, per setting with two or more measured planner candidates, the model's first choice against the
     measured best; returns the ratios measured(chosen) / measured(best) of the settings measured alone on
@@ -129,7 +140,7 @@ def plan_quality(cases: list[MeasuredCase]) -> list[float]:
     for (model, seq_len, gpu, alloc, shared), group in sorted(groups.items()):
         if len(group) < 2:
             continue
-        chosen = max(group, key=lambda c: c.predicted_tokens_per_second())
+        chosen = model_choice(group)
         best = max(group, key=lambda c: c.measured_tokens_per_second)
         ratio = chosen.measured_tokens_per_second / best.measured_tokens_per_second
         (shared_ratios if shared else ratios).append(ratio)
