@@ -27,7 +27,7 @@ from zero_planner.memory import Workload  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
 from zero_planner.planner import SPEED_TIE  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
-from zero_planner.throughput import estimate_step_time, training_flops  # noqa: E402
+from zero_planner.throughput import estimate_step_time, training_flops, warmup_steps  # noqa: E402
 
 PLANNER_ROLES = ("pick", "rerun-xs")
 """Operating-point rows that are candidates the planner itself proposed (`next` is one micro-batch past its
@@ -46,7 +46,7 @@ class MeasuredCase:
     workload: Workload
     gpu: GPU
     seconds: float
-    """Median of the steps after warm-up (warmup_steps); one micro-step, as the harness steps the engine every one."""
+    """Median of the steps after warm-up (throughput.warmup_steps); one micro-step, as the harness steps the engine every one."""
     row: dict
 
     @property
@@ -77,14 +77,6 @@ class MeasuredCase:
         return (self.model, self.workload.seq_len, self.gpu.name, case.get("alloc_conf") or "default")
 
 
-def warmup_steps(strategy: str) -> int:
-    """Steps left out of a measured step time. Step 0 everywhere (allocations, kernel autotuning). ZeRO-3
-    also step 1: its parameter coordinator starts with an invalid trace, records the module order during
-    step 1 and prefetches only from step 2 (partitioned_param_coordinator.py reset_step: INVALID -> RECORD
-    -> COMPLETE); every committed stage-3 case shows it (step 1 up to 4x the later steps)."""
-    return 2 if strategy.startswith("3") else 1
-
-
 def measured_cases(min_tokens: int = 4096, host_shared: bool = False) -> list[MeasuredCase]:
     """Returns the committed single-GPU cases that ran alone, with step times, at >= min_tokens per micro-step;
     with host_shared, also those whose host ran another harness's cases meanwhile (MeasuredCase.host_shared)."""
@@ -94,7 +86,8 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False) -> list[Me
         case = row["case"]
         if row["status"] != "ok" or row.get("gpu_shared") or case["num_gpus"] != 1:
             continue
-        times = (row["ranks"][0].get("step_times_s") or [])[warmup_steps(case["strategy"]):]
+        # The harness times every micro-step (one forward/backward per engine step).
+        times = (row["ranks"][0].get("step_times_s") or [])[warmup_steps(STRATEGIES[case["strategy"]].stage):]
         if len(times) < 2 or case["micro_batch_size"] * case["seq_len"] < min_tokens:
             continue
         if row["provenance"].get("host_note") and not host_shared:

@@ -47,12 +47,21 @@ bookkeeping, `__allgather_params` (a copy even on one GPU) and the release, and 
 reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
 parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than the
 micro-step's GPU work (small micro-batches). MEASURED_ON; benchmarks/throughput_fit.py, stage-3 cases, their
-steps 2.. (benchmarks/throughput_check.warmup_steps: ZeRO-3 records its trace in step 1)."""
+steps after warmup_steps (ZeRO-3 records its trace in the second)."""
 
 CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.88e9
 """FITTED: parameters per second that DeepSpeed's CPUAdam updates with all cores of one node, including the
 fp32 gradient copy to host and the bf16 parameter copy back (offload cases of MEASURED_ON, 16 host cores).
 A many-core server may be faster; the figure is what we measured, not scaled by core count."""
+
+def warmup_steps(stage: int, micro_steps_per_step: int = 1) -> int:
+    """Returns the steps a measured tokens/s leaves out: the first everywhere (allocations, kernel tuning), and
+    under ZeRO-3 the second too when a step is one forward/backward: the parameter coordinator starts with an
+    invalid trace, records the module order in the second forward/backward and prefetches only from the third
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py reset_step: INVALID -> RECORD -> COMPLETE). Every
+    committed stage-3 case shows it: its second step up to 4x the later ones (benchmarks/results)."""
+    return 2 if stage == 3 and micro_steps_per_step == 1 else 1
+
 
 STAGE3_OFFLOAD_COPY_BYTES_PER_S = 4.8e9
 """MEASURED: bytes per second at which ZeRO-3 with the optimizer offloaded and parameters on the GPU brings the
