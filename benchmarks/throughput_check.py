@@ -25,7 +25,7 @@ from benchmarks.memory_regression import load_cases, workload_of  # noqa: E402
 from zero_planner.hardware import GPU, find_gpu  # noqa: E402
 from zero_planner.memory import Workload  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
-from zero_planner.planner import SPEED_TIE  # noqa: E402
+from zero_planner.planner import pick_fastest  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 from zero_planner.throughput import estimate_step_time, training_flops, warmup_steps  # noqa: E402
 
@@ -110,13 +110,11 @@ def describe(case: MeasuredCase) -> str:
 
 
 def model_choice(group: list[MeasuredCase]) -> MeasuredCase:
-    """Returns the candidate the planner would run among `group`: the fastest by the model, a tie within
-    planner.SPEED_TIE going to the simpler strategy, then no checkpointing, then the larger micro-batch."""
-    fastest = max(c.predicted_tokens_per_second() for c in group)
-    tied = [c for c in group if c.predicted_tokens_per_second() >= fastest * (1 - SPEED_TIE)]
+    """Returns the candidate the planner would run among `group` (planner.pick_fastest): the fastest by the
+    model, a tie going to the simpler strategy, then no checkpointing, then the larger micro-batch."""
     order = list(STRATEGIES)
-    return min(tied, key=lambda c: (order.index(c.strategy), c.workload.gradient_checkpointing,
-                                    -c.workload.micro_batch_size))  # fmt: skip
+    return pick_fastest(group, MeasuredCase.predicted_tokens_per_second,
+                        lambda c: (order.index(c.strategy), c.workload.gradient_checkpointing, -c.workload.micro_batch_size))
 
 
 def plan_quality(cases: list[MeasuredCase]) -> list[float]:

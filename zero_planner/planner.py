@@ -21,9 +21,9 @@ The planner's jobs live in modules named after them, and every name is re-export
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from zero_planner.advice import MAX_WORLD_SIZE_SEARCHED, MIN_SEQ_LEN_SUGGESTED, _ckpt_text, advice
 from zero_planner.assemble import build_plan, candidate
@@ -298,6 +298,8 @@ def _option(
     return Option(strategy, ckpt, micro, accum, memory, True, reason, ev.step(strategy, ckpt, micro, accum)), note
 
 
+T = TypeVar("T")
+
 SPEED_TIE = 0.005
 """Candidates within this fraction of the fastest one's modelled tokens/s are a tie (the step-time model's median
 error is 7%, benchmarks/throughput_check.py): the simpler strategy wins, then no checkpointing, then the larger
@@ -310,11 +312,17 @@ def _rank_key(option: Option) -> tuple:
     return (-round(option.tokens_per_second, 6), order, option.gradient_checkpointing, -option.micro_batch_size)
 
 
+def pick_fastest(items: Sequence[T], speed: Callable[[T], float], simpler: Callable[[T], Any]) -> T:
+    """Returns the item to run: of those within SPEED_TIE of the fastest `speed`, the least by `simpler`. The
+    planner's choice (_choose) and benchmarks/throughput_check's plan quality both choose by this rule."""
+    speeds = [speed(item) for item in items]
+    fastest = max(speeds)
+    return min((item for item, s in zip(items, speeds) if s >= fastest * (1 - SPEED_TIE)), key=simpler)
+
+
 def _choose(feasible: list[Option]) -> Option:
     """Returns the candidate to run: of those within SPEED_TIE of the fastest, the simplest (_rank_key's order)."""
-    fastest = max(o.tokens_per_second for o in feasible)
-    tied = [o for o in feasible if o.tokens_per_second >= fastest * (1 - SPEED_TIE)]
-    return min(tied, key=lambda o: _rank_key(o)[1:])
+    return pick_fastest(feasible, lambda o: o.tokens_per_second, lambda o: _rank_key(o)[1:])
 
 
 def plan(

@@ -197,9 +197,11 @@ def why_chosen(options, chosen) -> str:
     best_other = max(others, key=lambda o: o.tokens_per_second)
     if chosen.step is not None and not chosen.step.modelled:
         return f"first of {len(fitting)} candidates that fit by the planner's order (tokens/s not modelled on CPU)"
+    from zero_planner.planner import SPEED_TIE
+
     ahead = chosen.tokens_per_second / best_other.tokens_per_second - 1 if best_other.tokens_per_second else 0
-    margin = f"{ahead:.0%} ahead of" if ahead >= 0.005 else "as fast as (simpler than)"  # planner.SPEED_TIE
-    if ahead < 0:  # a tie within planner.SPEED_TIE, won by the simpler candidate
+    margin = f"{ahead:.0%} ahead of" if ahead >= SPEED_TIE else "as fast as (simpler than)"
+    if ahead < 0:  # a tie within SPEED_TIE, won by the simpler candidate
         return (
             f"tied for fastest of {len(fitting)} candidates that fit ({chosen.tokens_per_second:,.0f} tokens/s, "
             f"within the model's resolution of {option_text(best_other)} at {best_other.tokens_per_second:,.0f}), "
