@@ -34,6 +34,11 @@ PLANNER_ROLES = ("pick", "rerun-xs")
 pick, a user config is not a candidate)."""
 
 
+def shared_host(row: dict) -> bool:
+    """True for a row whose harness shared its host with another (device_run.sh SPLIT_GPUS sets host_note)."""
+    return bool(row["provenance"].get("host_note"))
+
+
 @dataclass(frozen=True)
 class MeasuredCase:
     """One committed single-GPU run with its median micro-step time."""
@@ -62,7 +67,7 @@ class MeasuredCase:
         """Run by one of several harnesses on one host (device_run.sh SPLIT_GPUS): alone on its GPU, but CPU
         Adam, pinned copies and kernel launches of the neighbour's case shared the host's memory bandwidth
         and PCIe. Its memory figures hold; its step time may be slowed (seen: ZeRO-1/2 and offload cases)."""
-        return bool(self.row["provenance"].get("host_note"))
+        return shared_host(self.row)
 
     def predicted_tokens_per_second(self) -> float:
         return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload).tokens_per_second
@@ -90,7 +95,7 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False) -> list[Me
         times = (row["ranks"][0].get("step_times_s") or [])[warmup_steps(STRATEGIES[case["strategy"]].stage):]
         if len(times) < 2 or case["micro_batch_size"] * case["seq_len"] < min_tokens:
             continue
-        if row["provenance"].get("host_note") and not host_shared:
+        if shared_host(row) and not host_shared:
             continue
         key = json.dumps(case["model_config"], sort_keys=True)
         if key not in specs:

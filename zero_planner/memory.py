@@ -455,7 +455,8 @@ def estimate_memory(
     # small and the frozen weights are counted at their stored bytes. A tied LM head is partitioned (and its
     # partition pinned and kept) under zero.Init before transformers ties it to the embedding: one partition
     # more than the model has tensors (147 pinned for Llama-3.2-1B's 146 tensors, measured).
-    offloaded = () if adapters else spec.tensor_sizes + (((spec.vocab_size * spec.hidden_size, 1),) if spec.tie_word_embeddings else ())
+    tied_head = ((spec.vocab_size * spec.hidden_size, 1),) if spec.tie_word_embeddings else ()
+    offloaded = () if adapters else spec.tensor_sizes + tied_head
     host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, offloaded, workload.precision)
     if off_param:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
@@ -523,7 +524,7 @@ def checkpoint_staging_bytes(spec: ModelSpec, strategy: Strategy, P: int, n: int
 
 
 def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
-                tensor_sizes: tuple[tuple[int, int], ...] = (), precision: str = "bf16") -> int:
+                tensor_sizes: tuple[tuple[int, int], ...], precision: str) -> int:
     """Returns host memory per node: one process per local GPU, plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:

@@ -55,8 +55,6 @@ OOM_PATTERN = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALL
 """A rank's CUDA OOM as it reaches the launcher's output: torch's message and exception name, and cuBLAS
 failing to allocate its workspace (an OOM in disguise). train.py also writes oom_rank{N}.json when the step
 loop catches one; an OOM in deepspeed.initialize shows up only in the output."""
-"""zero_planner.train's progress line: `step 3/6  loss 5.1234  lr 1.00e-05  12,345 tok/s ...` (tok/s is the
-running average over the steps after the first; older lines had no lr)."""
 STAGE_ORDER = list(STRATEGIES)
 GIB = 2**30
 
