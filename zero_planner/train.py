@@ -193,7 +193,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     from zero_planner import data as zdata
     from zero_planner.modeling import resolve_pretrained
     from zero_planner.report import build_run_report, report_table
-    from zero_planner.throughput import warmup_steps
+    from zero_planner.throughput import warmup_steps as timing_warmup_steps  # not the LR warm-up below
     from zero_planner.tokenizer import load_tokenizer
 
     t = plan.training
@@ -284,7 +284,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     tokens_per_step = world * micro * accum * seq_len
     step = start_step
     timed_s, timed_steps = 0.0, 0
-    warm = warmup_steps(stage, accum)  # steps left out of tokens/s
+    warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
     phase = "forward"
     stopping = 0
     eval_losses: list[dict[str, float]] = []
