@@ -81,6 +81,7 @@ class Running:
 
     def __init__(self, case: dict, gpus: list[int], workdir: Path, need_bytes: int):
         self.case, self.gpus, self.workdir, self.need_bytes = case, gpus, workdir, need_bytes
+        self.host_bytes = host_need_bytes(case)
         self.state, self.shared = "warm", False
         (workdir / "case.json").write_text(json.dumps(case))
         self.go_file = workdir / "go"
@@ -135,6 +136,27 @@ class Running:
         return line
 
 
+def host_need_bytes(case: dict) -> int:
+    """Returns the host bytes to keep for a case while it runs: the planner's host figure for it (recorded by
+    operating_point.py) with a tenth and 1 GiB to spare, or 0 where none was recorded (such cases have a GPU to
+    themselves, as before). Several memory-limited cases share one GPU, and offloaded ones need their states in
+    host memory at once: their sum must fit the host, or the kernel's OOM killer ends a case mid-step."""
+    predicted = (case.get("planned") or {}).get("predicted_host_bytes")
+    return int(predicted * 1.1) + 2**30 if predicted else 0
+
+
+def host_budget_bytes(reserve: int = 16 * 2**30) -> int:
+    """Returns the host memory the harness may hand to its cases: HARNESS_HOST_BYTES where set (the lent
+    multi-GPU hosts grow their memory as it is used, so MemTotal starts far below the machine's limit: KINDS.md),
+    else what /proc/meminfo says is available; less `reserve` for the harness, its warm cases and page cache."""
+    if os.environ.get("HARNESS_HOST_BYTES"):
+        return int(float(os.environ["HARNESS_HOST_BYTES"])) - reserve
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 - reserve
+    return 2**62  # not Linux: no host packing
+
+
 def need_bytes(case: dict, budget: int) -> int:
     """Returns the device bytes a case takes from each of its GPUs: its allocator limit plus context, or the
     whole GPU (cases without a limit run alone, as the planner's GPU)."""
@@ -177,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     budget = {g: torch.cuda.get_device_properties(g).total_memory - 2**30 for g in gpus}
     free = dict(budget)
+    host_free = host_budget_bytes()
     jobs: list[Running] = []
     tmp = Path(tempfile.mkdtemp(prefix="zp-harness-"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -202,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"peak {peak / 2**30:7.2f} GiB  {line['wall_s']:5.1f}s", flush=True)  # fmt: skip
                 jobs.remove(job)
                 if job.state == "run":
+                    host_free += job.host_bytes
                     for g in job.gpus:
                         free[g] += job.need_bytes
-            # Go, strictly in launch order, when the case's GPUs have room.
+            # Go, strictly in launch order, when the case's GPUs and the host have room (a case alone goes anyway).
             for job in [j for j in jobs if j.state == "warm"]:
                 if not job.ready() or any(free[g] < job.need_bytes for g in job.gpus):
                     break
+                if host_free < job.host_bytes and any(j.state == "run" for j in jobs):
+                    break
+                host_free -= job.host_bytes
                 for g in job.gpus:
                     free[g] -= job.need_bytes
                 others = [j for j in jobs if j.state == "run" and set(j.gpus) & set(job.gpus)]

@@ -65,6 +65,8 @@ def operating_cases(model: str, seq_len: int, *, gpu: str, capacity: int | None,
             c["planned"] = {
                 "role": role, "gpu": cluster.gpu.name, "gpu_capacity_bytes": cap, "host_bytes": host,
                 "chosen": option is result.chosen, "planner_micro_batch": option.micro_batch_size,
+                # What the harness keeps free on the host while it runs (several cases share a lent machine).
+                "predicted_host_bytes": option.memory.cpu_total_bytes,
             }  # fmt: skip
             cases.append(c)
     return cases
