@@ -61,10 +61,11 @@ def test_lora_trace_counts_adapter_tensors_by_hand(llama1b_lora):
         assert lora["layer_per_r"] == 7 * width  # lora_B keeps lora_A's r outputs, per target
         if key == "16bit":
             # Dropout: every target keeps its dropped-out input (2 B) and a 1-byte mask, 3 * (6h + i); the
-            # shared inputs lora_A kept without dropout (q/k/v, o, gate/up at h, down at i) are no longer kept.
-            assert lora["layer_dropout"] == 3 * (6 * h + i) - 2 * (3 * h + i)
-            # ZeRO-3's F.linear keeps those four inputs again.
-            assert lora["zero3_layer_extra_dropout"] == 2 * (3 * h + i)
+            # shared inputs lora_A kept without dropout (q/k/v and gate/up at h, down at i) are no longer kept.
+            # o's input stays: it is the SDPA kernels' output, which they keep for their own backward.
+            assert lora["layer_dropout"] == 3 * (6 * h + i) - 2 * (2 * h + i)
+            # ZeRO-3's F.linear keeps those three inputs again.
+            assert lora["zero3_layer_extra_dropout"] == 2 * (2 * h + i)
         assert lora["zero3_layer_extra"] == 0  # without dropout lora_A already keeps the same inputs
         # A frozen base keeps less than full fine-tuning: no inputs are kept for weight gradients.
         assert lora["layer"] < table[key]["sdpa"]["layer"]
@@ -87,4 +88,4 @@ def test_adapter_activations_use_the_lora_trace(llama1b_lora):
     assert saved("qlora") == saved("lora")  # the 4-bit base keeps no more than the 16-bit one
     w = Workload(micro_batch_size=1, seq_len=1024, gradient_checkpointing=False, precision="bf16", method="lora")
     zero3 = activation_bytes(spec, w, zero3_linear=True).saved_bytes - activation_bytes(spec, w).saved_bytes
-    assert zero3 == 1024 * layers * 2 * (3 * h + i)
+    assert zero3 == 1024 * layers * 2 * (2 * h + i)

@@ -37,7 +37,17 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
     class KeptBySdpaKernels(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
-            out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+            # The flash kernel takes q as (batch, seq, heads, dim), allocates its output with empty_like of that
+            # and returns it transposed back. Where q's memory is (batch, seq, heads, dim) already (q_proj's
+            # output viewed per head, rope keeping its strides; GPT-2's split), the output is too, and the o_proj
+            # input transformers makes with .transpose(1, 2).contiguous() is the same storage, not a copy
+            # (benchmarks/saved_census.py, H100: 2 * heads * head_dim bytes per token and layer fewer on Llama
+            # 3.2 1B). Where rope wrote q in (batch, heads, seq, dim) order (Phi-3: q sliced from the fused
+            # qkv_proj output), the output follows it and transformers copies it (measured: Phi-3-mini's peaks
+            # need that copy).
+            shape = q.shape[:-1] + (v.shape[-1],)
+            out = torch.empty_like(q.transpose(1, 2)).transpose(1, 2) if v.shape[-1] == q.shape[-1] else \
+                torch.empty(shape, dtype=q.dtype, device=q.device)
             lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
             ctx.save_for_backward(q, k, v, out, lse)
             return out
@@ -224,7 +234,8 @@ def closed_form_coefficients(arch: dict[str, Any]) -> dict[str, Any]:
 
     Per token and layer, in elements of the activation dtype (fp32 upcasts noted): two RMSNorms keep their
     fp32 input and bf16 output (4h + 2h bytes each at 16-bit); attention keeps the q/k/v input, q, k, v,
-    the kernel output and the o_proj input; a gated MLP keeps its input, gate, act(gate), up and their
+    and the kernel output, which is the o_proj input too with 16-bit SDPA (the fused kernels' layout makes
+    transformers' transpose-and-contiguous a view; eager attention and fp32 copy it); a gated MLP keeps its input, gate, act(gate), up and their
     product, each in every one of the top-k experts a token is routed to. Checked against the traced count
     for dense llama models in tests/test_activations.py.
     """
@@ -240,9 +251,10 @@ def closed_form_coefficients(arch: dict[str, Any]) -> dict[str, Any]:
         norms = 2 * (norm_extra * h + width * h)
         attn = width * (h + 3 * q + 2 * kv)
         layer = norms + attn + width * mlp_elems + router
+        shared = width * q if width == 2 else 0  # 16-bit SDPA: o_proj's input is the kernel's output
         scores = arch["num_attention_heads"] * (width + 4 + width)  # eager: scores, fp32 softmax, probs
         rest = norm_extra * h + width * h + 4 * vocab
-        table[name] = {"sdpa": {"layer": layer, "layer_per_seq": 0.0, "rest": rest},
+        table[name] = {"sdpa": {"layer": layer - shared, "layer_per_seq": 0.0, "rest": rest},
                        "eager": {"layer": layer, "layer_per_seq": scores, "rest": rest}}  # fmt: skip
     return table
 

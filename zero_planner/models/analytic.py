@@ -361,7 +361,8 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
 
     Per decoder layer: two RMSNorms keep their fp32 input (4h), the fp32 rsqrt of each row (4) and the 16-bit
     normalised input of the weight multiply (2h); q/k/v keep their input (h), the SDPA kernels keep q, k, v, the
-    output and an fp32 logsumexp per head (4 * heads), o_proj its own copy of the output (q); the gated MLP keeps
+    output and an fp32 logsumexp per head (4 * heads), and o_proj keeps that same output (the kernels write it as
+    (batch, seq, heads, dim), so transformers' transpose-and-contiguous makes no copy; phi3: a copy, q), the gated MLP keeps
     its input, gate, act(gate), up and their product (h + 4i). qwen3's q/k RMSNorms keep the same three per head
     row. Outside the layers: the final RMSNorm, lm_head's input (h), the fp32 logits (4V), rotary cos and sin
     (16-bit, head_dim each, shared by all layers), the int64 input ids of the embedding and the shifted labels of
@@ -391,7 +392,10 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
             return None
         mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 4 * e * (1 / TRACE_SEQ[0] + 1 / TRACE_SEQ[1])
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
-    layer = 2 * norm + 2 * (h + 3 * q + 2 * kv) + 4 * heads + mlp
+    # o_proj's input is the kernels' output (no copy) where q comes from its own projection; phi3 slices q from
+    # the fused qkv output, rope then writes it head-major and the kernels' output follows: transformers copies it.
+    o_proj_copy = q if FAMILIES[c["model_type"]].layout == "phi3" else 0
+    layer = 2 * norm + 2 * (h + 2 * q + 2 * kv + o_proj_copy) + 4 * heads + mlp
     if FAMILIES[c["model_type"]].qk_norm:
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
     rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
@@ -404,7 +408,8 @@ def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
 
     Per block: two LayerNorms keep their 16-bit input and fp32 mean and rstd per row (2h + 8 each); c_attn, c_proj,
     c_fc keep their inputs (2h each), the second c_proj its own (2i); SDPA keeps q (a view of c_attn's whole
-    output: 6h), k and v (their own storages: 2h each), the output and an fp32 logsumexp per head (2h + 4 * heads);
+    output: 6h), k and v (their own storages: 2h each), the output and an fp32 logsumexp per head (2h + 4 * heads),
+    the output being c_proj's input too (merging the heads makes a view of the kernels' (batch, seq, heads, dim));
     gelu_new, written out as 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), keeps four i-wide 16-bit tensors
     (8i); resid_pdrop keeps a 1-byte mask after each c_proj (h each). Outside the blocks: ln_f (2h + 8), lm_head's
     input (2h), the fp32 logits (4V), the int64 token and position ids of wte and wpe and the loss's labels (8
@@ -417,7 +422,7 @@ def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
     h, i, v, heads = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"]
     norm = 2 * h + 4 + 4  # 16-bit input, fp32 mean, fp32 rstd (bytes per row)
     masks = h if c["resid_pdrop"] else 0  # one per residual branch
-    attn = 2 * h + 6 * h + 2 * h + 2 * h + 2 * h + 4 * heads + 2 * h  # c_attn in, q, k, v, out, lse, c_proj in
+    attn = 2 * h + 6 * h + 2 * h + 2 * h + 2 * h + 4 * heads  # c_attn in, q, k, v, out (= c_proj in), lse
     mlp = 2 * h + 8 * i + 2 * i  # c_fc in, gelu_new's four, c_proj in
     layer = 2 * norm + attn + mlp + 2 * masks
     rest = norm + 2 * h + 4 * v + 8 + 8 + 8 + (h if c["embd_pdrop"] else 0) + 12 / TRACE_SEQ[0]
