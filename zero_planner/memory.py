@@ -160,6 +160,11 @@ class MemoryEstimate:
     ran out at 73.2 of 93.8, unable to find 12 GiB contiguous among 11.8 GiB of cached blocks)."""
 
 
+MOE_REGATHERED_LAYERS = 3
+"""Decoder layers whose expert weights exist twice at a ZeRO-3 MoE backward peak: kept by the forward's grouped
+matmul, and gathered again for backward (the current layer and its prefetch). Read off measured peaks (memory.py)."""
+
+
 def workspace_bytes(gpu_name: str | None) -> int:
     """Returns the cuBLAS workspace bytes the caching allocator holds on this GPU (0 on CPU)."""
     if gpu_name is None:
@@ -233,7 +238,11 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         # where it is the backward peak (seq-cls with checkpointing, Llama 3.2 1B/3B with LoRA, H100): 175 and
         # 218 KB per token above the checkpoints; this term gives 187 and 220.
         grads = (3 if spec.gated_mlp else 2) * width * spec.intermediate_size
-        backward_extra = max(backward_extra, tokens * (layer + grads))
+        # By then the loss, the LM head and the final norm have run backward: the fp32 log-softmax they kept
+        # (4 bytes per logit, inside `saved`) is freed before the first layer is recomputed. Measured: Mistral-7B
+        # shape (8 layers, 32k vocabulary) at 8 x 4096 tokens peaked in the loss backward, 1.1 GiB below a
+        # recompute term that still counted it (H200, 24 GiB slice).
+        backward_extra = max(backward_extra, tokens * (layer + grads) - 4 * logits)
     saved = math.ceil(saved)
     return Activations(saved, saved + forward_extra, saved + math.ceil(backward_extra))
 
@@ -398,13 +407,19 @@ def estimate_memory(
             # Gathered parameters kept alive between uses: up to stage3_max_live_parameters elements.
             # Measured: +2.0 bytes per gathered element, capped at 1e9 elements, on four architectures.
             gathered = min(W, w * buffers.max_live_parameters)
-            if spec.num_experts > 1 and not adapters:
+            if spec.num_experts > 1 and not adapters and not workload.gradient_checkpointing:
+                # (Checkpointed layers run forward without autograd, so nothing holds their experts.)
                 # ZeRO-3 releases a gathered weight after use only for nn.Linear (it wraps F.linear in
                 # LinearFunctionForZeroStage3, which saves the parameter, not its data). transformers' fused
                 # 3-D expert tensors go through grouped_mm, whose autograd node keeps the gathered data until
-                # backward. Counted as an upper bound: measured 6-9% below it on a scaled Mixtral (2 and 4 GPUs).
-                gathered += w * moe_expert_numel(spec)
-                notes.append("MoE under ZeRO-3: expert weights kept gathered by autograd (upper bound)")
+                # backward; backward gathers each layer's experts again (and prefetches the next) while the
+                # forward's copies of the layers not yet reached are still held. Measured on a scaled Mixtral
+                # (6 layers; 1 GPU with parameters offloaded, 2 and 4 GPUs; H200): W plus 0.66-0.85 GiB, about
+                # three layers' experts, at the backward peak (the whole experts again was 6-9% over); with
+                # checkpointing 0.0-0.6% over without this term.
+                layer_experts = moe_expert_numel(spec) // max(spec.num_layers, 1)
+                gathered += w * min(moe_expert_numel(spec), MOE_REGATHERED_LAYERS * layer_experts)
+                notes.append("MoE under ZeRO-3: expert weights kept by autograd, a few layers' gathered twice")
         bwd_extra = 2 * w * untied_head // n if off_opt else 0
         grads_between_micro_steps = 0
 
@@ -419,6 +434,11 @@ def estimate_memory(
     bwd_act = act.backward_peak_bytes
     if partition_at_activation_peak:
         bwd_act = max(bwd_act, act.saved_bytes + gradients)
+    # bwd_extra (the untied head's gradient and its copy under offload) is added at the loss's backward peak.
+    # That is conservative at many tokens, where the head's gradient comes after the loss's fp32 buffers are
+    # freed (Mistral-7B shape, 8-9k tokens, 24 GiB slice of an H200: 0.5 GiB, +2.5%), and it stands in, at few
+    # tokens, for a backward transient the model has no term of its own for (the same shape at 2,048 tokens
+    # peaked 0.5 GiB above the loss's peak; counted after the loss alone, that case read -11%).
     bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + bwd_extra
     step = params + optimizer + resident_grads + ws + step_transient
     peak = max(fwd, bwd, step)
