@@ -39,11 +39,7 @@ HOST_SLACK_BYTES = 256 * 2**20
 # Measured host RSS beyond HOST_LIMIT whose cause is not found yet: printed on every run, never silently passed.
 KNOWN_HOST_MISSES: dict[str, str] = {}  # id prefix -> why a host miss beyond the limit is known and not yet fixed
 # id prefix -> why a case that ran is known to be predicted (conservatively) not to fit, and not yet fixed
-KNOWN_FIT_MISSES: dict[str, str] = {
-    "mistral-7b-8l|2-offload|bf16|mb10|s4096|gc": "the untied head's gradient is counted at the loss's backward "
-    "peak (memory.py, bwd_extra): +2.3% here, 0.5 GiB at 40k tokens; without it the same model at 2,048 tokens "
-    "reads -11% (a per-layer backward transient not yet modelled on its own)",
-}
+KNOWN_FIT_MISSES: dict[str, str] = {}
 
 
 def load_cases() -> list[dict]:

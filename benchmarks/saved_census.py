@@ -59,12 +59,12 @@ def saved_bytes_cuda(config: dict, layers: int, seq: int, dtype: str, attn: str,
     return sum(n for n, _ in seen.values()), by_dtype
 
 
-def coefficients(measure) -> dict[str, float]:
-    """Returns {layer, layer_per_seq, rest} per token from one- and two-layer runs at both SEQS."""
-    s1, s2 = SEQS
-    one = [measure(1, s) for s in SEQS]
-    two = [measure(2, s) for s in SEQS]
-    layer = [(b - a) / s for a, b, s in zip(one, two, SEQS)]
+def coefficients(measure, seqs: tuple[int, int] = SEQS) -> dict[str, float]:
+    """Returns {layer, layer_per_seq, rest} per token from one- and two-layer runs at both seqs."""
+    s1, s2 = seqs
+    one = [measure(1, s) for s in seqs]
+    two = [measure(2, s) for s in seqs]
+    layer = [(b - a) / s for a, b, s in zip(one, two, seqs)]
     per_seq = (layer[1] - layer[0]) / (s2 - s1)
     base = layer[0] - per_seq * s1
     return {"layer": round(base, 1), "layer_per_seq": round(per_seq, 3), "rest": round(one[0] / s1 - layer[0], 1)}
@@ -75,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kinds", default="bfloat16/sdpa,bfloat16/eager,float32/sdpa", help="dtype/attention,...")
+    parser.add_argument("--seqs", default=",".join(map(str, SEQS)),
+                        help="two sequence lengths, e.g. 2048,4096 to see what a sliding window's mask keeps")
     args = parser.parse_args(argv)
+    seqs = tuple(int(s) for s in args.seqs.split(","))
+    if len(seqs) != 2 or seqs[0] >= seqs[1]:
+        parser.error(f"--seqs {args.seqs!r}: give two increasing sequence lengths, e.g. 128,256")
 
     import torch
     import transformers
@@ -83,15 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     from zero_planner.models import activations as traced
 
     results = {"torch": torch.__version__, "transformers": transformers.__version__,
-               "gpu": torch.cuda.get_device_name(0), "seqs": SEQS, "models": {}}  # fmt: skip
+               "gpu": torch.cuda.get_device_name(0), "seqs": seqs, "models": {}}  # fmt: skip
     for name in args.models.split(","):
         config = model_config(name)
         row: dict = {}
         for dtype, attn in (kind.split("/") for kind in args.kinds.split(",")):
             key = f"{dtype}/{attn}"
             try:
-                cuda = coefficients(lambda n, s: saved_bytes_cuda(config, n, s, dtype, attn)[0])
-                _, kinds = saved_bytes_cuda(config, 1, SEQS[0], dtype, attn)
+                cuda = coefficients(lambda n, s: saved_bytes_cuda(config, n, s, dtype, attn)[0], seqs)
+                _, kinds = saved_bytes_cuda(config, 1, seqs[0], dtype, attn)
             except Exception as error:  # recorded: one model's failure does not stop the census
                 cuda, kinds = {"error": f"{type(error).__name__}: {str(error)[:200]}"}, {}
             try:

@@ -15,6 +15,8 @@ from zero_planner.memory import (
     ZeroBuffers,
     activation_bytes,
     estimate_memory,
+    offloaded_head_bytes,
+    sdpa_masked_layers,
     workspace_bytes,
 )
 from zero_planner.models.spec import ModelSpec, load_model_spec
@@ -153,6 +155,65 @@ def test_checkpointing_keeps_layer_inputs_only():
     ckpt = activation_bytes(spec, workload(gradient_checkpointing=True))
     assert full.saved_bytes == 100 * 10 * 50_000
     assert ckpt.saved_bytes == 100 * 10 * 2 * 1000  # bf16 hidden states in front of each layer
+
+
+@pytest.mark.parametrize("model_type,config,layers,seq,expected", [
+    ("phi3", {"sliding_window": 2047}, 32, 1024, 0),  # window not reached: is_causal, no mask
+    ("phi3", {"sliding_window": 2047}, 32, 2047, 32),
+    ("mistral", {"sliding_window": 4096}, 8, 4096, 8),
+    ("mistral", {"sliding_window": None}, 8, 8192, 0),  # Mistral v0.3: no window
+    ("qwen2", {"sliding_window": 32768, "use_sliding_window": False}, 24, 65536, 0),
+    ("qwen2", {"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 20}, 24, 8192, 4),
+    ("gemma2", {"sliding_window": 4096}, 26, 8192, 13),  # every other layer
+    ("qwen3", {"sliding_window": 4096, "use_sliding_window": True,
+               "layer_types": ["full_attention", "sliding_attention"] * 3}, 6, 4096, 3),
+    ("llama", {"sliding_window": 4096}, 16, 8192, 0),  # llama takes no window
+])  # fmt: skip
+def test_sdpa_masked_layers(model_type, config, layers, seq, expected):
+    spec = synthetic_spec(model_type=model_type, config=config, num_layers=layers)
+    assert sdpa_masked_layers(spec, seq) == expected
+
+
+def test_sliding_window_mask_is_kept_per_masked_layer():
+    """The bool mask becomes a 16-bit bias per layer that the memory-efficient kernel keeps: 2 * seq bytes per
+    token and layer, all layers without checkpointing, the recomputed one with it."""
+    plain = synthetic_spec(model_type="phi3", config={"sliding_window": 2047})
+    no_window = synthetic_spec(model_type="phi3", config={})
+    wl = workload(micro_batch_size=2, seq_len=4096)
+    tokens = 2 * 4096
+    extra = activation_bytes(plain, wl).saved_bytes - activation_bytes(no_window, wl).saved_bytes
+    assert extra == tokens * 10 * 2 * 4096
+    assert activation_bytes(plain, workload(micro_batch_size=2, seq_len=1024)).saved_bytes == \
+        activation_bytes(no_window, workload(micro_batch_size=2, seq_len=1024)).saved_bytes
+    gc = workload(micro_batch_size=2, seq_len=4096, gradient_checkpointing=True)
+    assert activation_bytes(plain, gc).saved_bytes == activation_bytes(no_window, gc).saved_bytes
+    eager = workload(micro_batch_size=2, seq_len=4096, attn_implementation="eager")
+    eager_spec = synthetic_spec(model_type="phi3", config={"sliding_window": 2047},
+                                activations={"16bit": {"eager": {"layer": 1.0, "layer_per_seq": 0.0, "rest": 0.0}}})
+    assert activation_bytes(eager_spec, eager).saved_bytes == tokens * 10  # eager adds the mask, keeps nothing
+
+
+def test_offloaded_untied_head_peaks_after_the_loss_at_few_tokens_only():
+    """Optimizer offload: the untied head's 16-bit gradient plus DeepSpeed's fp64 norm of it come after the
+    loss's fp32 buffers are freed; at few tokens that is the backward peak, at many the loss is."""
+    head = 32_000 * 4096
+    spec = synthetic_spec(tie_word_embeddings=False, vocab_size=32_000, hidden_size=4096,
+                          largest_tensor_numel=head)  # fmt: skip
+    assert offloaded_head_bytes(head, 2, 1, 2) == 2 * head + 8 * head
+    assert offloaded_head_bytes(head, 2, 4, 3) == 2 * head + 2 * head // 4 + 8 * head // 4
+    assert offloaded_head_bytes(10**9, 2, 1, 3) == 2 * 10**9 + 2 * 10**9 + 8 * 250_000_000  # norm in chunks
+    few = workload(micro_batch_size=1, seq_len=512)
+    act = activation_bytes(spec, few)
+    est = estimate_memory(spec, STRATEGIES["2-offload"], few, gpu_name="H100")
+    logits = 512 * 32_000
+    after_loss = act.saved_bytes - 4 * logits + 2 * 512 * 4096 + 10 * head
+    assert est.activations_bytes == after_loss > act.backward_peak_bytes
+    many = workload(micro_batch_size=16, seq_len=4096)
+    est = estimate_memory(spec, STRATEGIES["2-offload"], many, gpu_name="H100")
+    assert est.activations_bytes == activation_bytes(spec, many).backward_peak_bytes
+    tied = estimate_memory(synthetic_spec(vocab_size=32_000, hidden_size=4096, largest_tensor_numel=head),
+                           STRATEGIES["2-offload"], few, gpu_name="H100")
+    assert tied.activations_bytes == activation_bytes(spec, few).backward_peak_bytes  # no head gradient path
 
 
 LLAMA = None

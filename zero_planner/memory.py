@@ -209,6 +209,13 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         if zero3_linear:
             layer += lora.get("zero3_layer_extra_dropout" if dropout else "zero3_layer_extra", 0)
         rest = lora["rest"] + (lora["rest_dropout"] if dropout else 0)
+    # A sliding window no shorter than the sequence makes transformers pass SDPA a boolean mask; PyTorch turns
+    # it into a bias in the query's dtype, per call, and the memory-efficient kernel (flash takes no mask) keeps
+    # it for backward: width * seq bytes per token in every masked layer (benchmarks/saved_census.py on H100:
+    # Phi-3-mini at 2,048 and 4,096 tokens keeps 2.0 B per token per position more than at 1,024, where the
+    # window is not reached; the traced table, at 64-128 tokens, never sees it).
+    masked = sdpa_masked_layers(spec, workload.seq_len) if _fused_sdpa(spec, workload) else 0
+    mask_per_token = width * -(-workload.seq_len // 16) * 16 if masked else 0  # last dim padded to 16
     if workload.gradient_checkpointing:
         # HF checkpointing keeps each layer's input hidden states only; one layer is recomputed at a time.
         kept_per_layer = width * spec.hidden_size
@@ -221,6 +228,8 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         rest = max(rest - 4 * spec.vocab_size, 0)
         logits = workload.micro_batch_size * workload.num_labels
     saved = tokens * (spec.num_layers * kept_per_layer + rest)
+    if not workload.gradient_checkpointing:
+        saved += tokens * masked * mask_per_token
     if adapters and lora is None and workload.lora_dropout > 0 and not workload.gradient_checkpointing:
         # No traced adapter table (closed-form models): peft runs each target's input through its own
         # dropout and lora_A keeps the result and the 1-byte mask: per token, (width + 1) * the sum of the
@@ -242,9 +251,43 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         # (4 bytes per logit, inside `saved`) is freed before the first layer is recomputed. Measured: Mistral-7B
         # shape (8 layers, 32k vocabulary) at 8 x 4096 tokens peaked in the loss backward, 1.1 GiB below a
         # recompute term that still counted it (H200, 24 GiB slice).
-        backward_extra = max(backward_extra, tokens * (layer + grads) - 4 * logits)
+        backward_extra = max(backward_extra, tokens * (layer + mask_per_token + grads) - 4 * logits)
     saved = math.ceil(saved)
     return Activations(saved, saved + forward_extra, saved + math.ceil(backward_extra))
+
+
+# Types whose every layer takes the config's sliding window (transformers: create_sliding_window_causal_mask
+# whenever config.sliding_window is set); others list it per layer in layer_types, or derive that list.
+_ALL_LAYERS_SLIDE = ("mistral", "mixtral", "phi3", "starcoder2")
+_USE_SLIDING_FLAG = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # window only with use_sliding_window
+_ALTERNATE_SLIDE = ("gemma2", "cohere2")  # every other layer, the first one sliding
+
+
+def sdpa_masked_layers(spec: ModelSpec, seq_len: int) -> int:
+    """Returns how many layers attend through an explicit mask at `seq_len`: those with a sliding window the
+    sequence reaches (transformers' masking_utils keeps is_causal, and no mask, while seq_len < window)."""
+    config = spec.config or {}
+    window = config.get("sliding_window")
+    if spec.model_type in _USE_SLIDING_FLAG and not config.get("use_sliding_window", False):
+        return 0
+    if not isinstance(window, int) or window <= 0 or seq_len < window:
+        return 0
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(kind == "sliding_attention" for kind in types[: spec.num_layers])
+    if spec.model_type in _USE_SLIDING_FLAG:
+        return max(spec.num_layers - int(config.get("max_window_layers", spec.num_layers)), 0)
+    if spec.model_type in _ALTERNATE_SLIDE:
+        return (spec.num_layers + 1) // 2
+    return spec.num_layers if spec.model_type in _ALL_LAYERS_SLIDE else 0
+
+
+def _fused_sdpa(spec: ModelSpec, workload: Workload) -> bool:
+    """Whether attention runs in a fused SDPA kernel (the only path that keeps a mask for backward): fp32 with
+    grouped-query attention takes SDPA's math kernel, which adds the mask to the scores it keeps anyway."""
+    if workload.attn_implementation != "sdpa":
+        return False
+    return workload.precision != "fp32" or spec.num_key_value_heads == spec.num_attention_heads
 
 
 def _arch(spec: ModelSpec) -> dict[str, Any]:
@@ -358,7 +401,7 @@ def estimate_memory(
 
     gathered = 0
     persistent = 0
-    bwd_extra = 0
+    head_after_loss = 0
     # Stages 1/2 on the GPU: the lm_head gradient is the first one produced, so the contiguous gradient
     # partition (2P/n) is allocated while every activation is still alive.
     partition_at_activation_peak = False
@@ -392,8 +435,7 @@ def estimate_memory(
         largest = workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters else spec.largest_tensor_numel
         gradients = w * largest
         step_transient = 0
-        # The untied lm_head gradient and its copy through that buffer, produced at the activation peak.
-        bwd_extra = 2 * w * untied_head
+        head_after_loss = offloaded_head_bytes(untied_head, w, n, stage)
         grads_between_micro_steps = 0
     else:  # stage 3
         persistent = w * persistent_numel(spec, buffers.param_persistence_threshold)
@@ -420,7 +462,7 @@ def estimate_memory(
                 layer_experts = moe_expert_numel(spec) // max(spec.num_layers, 1)
                 gathered += w * min(moe_expert_numel(spec), MOE_REGATHERED_LAYERS * layer_experts)
                 notes.append("MoE under ZeRO-3: expert weights kept by autograd, a few layers' gathered twice")
-        bwd_extra = 2 * w * untied_head // n if off_opt else 0
+        head_after_loss = offloaded_head_bytes(untied_head, w, n, stage) if off_opt else 0
         grads_between_micro_steps = 0
 
     # QLoRA adds no activation term. bitsandbytes (0.50) dequantises one weight at a time, a transient that
@@ -434,19 +476,23 @@ def estimate_memory(
     bwd_act = act.backward_peak_bytes
     if partition_at_activation_peak:
         bwd_act = max(bwd_act, act.saved_bytes + gradients)
-    # bwd_extra (the untied head's gradient and its copy under offload) is added at the loss's backward peak.
-    # That is conservative at many tokens, where the head's gradient comes after the loss's fp32 buffers are
-    # freed (Mistral-7B shape, 8-9k tokens, 24 GiB slice of an H200: 0.5 GiB, +2.5%), and it stands in, at few
-    # tokens, for a backward transient the model has no term of its own for (the same shape at 2,048 tokens
-    # peaked 0.5 GiB above the loss's peak; counted after the loss alone, that case read -11%).
-    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + bwd_extra
+    if head_after_loss:
+        # The offloaded head's gradient is handled once the loss and the head have run backward: the loss's fp32
+        # buffers and log-softmax are freed by then (4 bytes per logit out of `saved`), the gradient of the
+        # hidden states is alive. Measured (Mistral-7B shape, 2,048 tokens, H200): the backward peaked 1.02
+        # (stage 2) and 1.21 GiB (stage 3) above the forward's end, where this counts 0.99 and 1.24; at 8-40k
+        # tokens the loss's own peak is the higher one, as predicted.
+        logits = workload.micro_batch_size * workload.seq_len * spec.vocab_size
+        hidden_grad = w * workload.micro_batch_size * workload.seq_len * spec.hidden_size
+        bwd_act = max(bwd_act, act.saved_bytes - 4 * logits + hidden_grad + head_after_loss)
+    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act
     step = params + optimizer + resident_grads + ws + step_transient
     peak = max(fwd, bwd, step)
 
     # Caching-allocator slack: blocks freed by one phase are kept reserved and cannot serve the next phase's
     # differently sized tensors, so reserved memory holds the activation peak and the step transients at
     # once. (Checked against max_memory_reserved in benchmarks/memory_regression.py.)
-    activation_peak = max(act.forward_peak_bytes, bwd_act + bwd_extra) + gathered
+    activation_peak = max(act.forward_peak_bytes, bwd_act) + gathered
     reserved = max(peak, params + optimizer + ws + resident_grads + activation_peak + step_transient)
     if off_opt:
         # With no optimizer step on the GPU, the slack is the loss's two block pools, which no other phase
@@ -498,6 +544,25 @@ def estimate_memory(
         fragmented_total_bytes=fragmented_total,
         floor_bytes=peak + context,
     )
+
+
+def offloaded_head_bytes(head_numel: int, w: int, n: int, stage: int) -> int:
+    """Returns the GPU bytes an untied LM head's gradient holds at once while ZeRO hands it to the CPU optimizer.
+
+    The 16-bit gradient (w per element, whole on every rank until reduced) and, over this rank's partition,
+    the gradient norm DeepSpeed takes in fp64 before the copy out (stage_1_and_2.py set_norm_for_param_grad_in_gpu
+    and stage3.py _constant_buffered_norm2: `.to(get_norm_dtype())`, 8 bytes per element on CUDA); stage 3
+    first reduces the gradient into a partition of its own (w per partition element) and takes the norm in
+    chunks of at most 250M elements."""
+    if not head_numel:
+        return 0
+    part = -(-head_numel // n)
+    if stage == 3:
+        return w * head_numel + w * part + 8 * min(part, STAGE3_NORM_CHUNK)
+    return w * head_numel + 8 * part
+
+
+STAGE3_NORM_CHUNK = 250_000_000  # stage3.py _constant_buffered_norm2(buffer_size=250000000)
 
 
 def pinned_bytes(num_bytes: int) -> int:

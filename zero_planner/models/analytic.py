@@ -23,7 +23,8 @@ that meta-device count, for every catalog and benchmark config of these types an
 
 The activation tables (models/activations.py) are traced per token from one and two decoder layers, so they do
 not depend on num_hidden_layers, nor on keys that only set numerics, positions or masks (rope, norm epsilon,
-sliding windows: a mask is never saved for backward). Two configs that agree on everything else keep the same
+sliding windows: the traced sequences never reach a window, and memory.py adds the mask SDPA keeps once a
+sequence does). Two configs that agree on everything else keep the same
 tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hub's config.json of a catalog
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
 the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral or gpt2 gets the entry
