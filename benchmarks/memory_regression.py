@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     if op_errors:
         abs_op = [abs(e) for e in op_errors]
         print(f"  {'operating pt':14s} {len(abs_op):4d}  {statistics.median(abs_op):6.1%}  {max(abs_op):6.1%}"
-              f"   (the planner's picks and the micro-batch above; limits {OP_MEDIAN_LIMIT:.0%} / {OP_MAX_LIMIT:.0%})")
+              f"   (the planner's picks and the micro-batch above; limits {OP_MEDIAN_LIMIT:.0%} / {OP_MAX_LIMIT:.0%};"
+              f" signed {min(op_errors):+.1%} .. {max(op_errors):+.1%})")
         if statistics.median(abs_op) > OP_MEDIAN_LIMIT:
             failures.append(f"operating-point median |error| {statistics.median(abs_op):.1%} exceeds {OP_MEDIAN_LIMIT:.0%}")
     for name, values in host_errors.items():
