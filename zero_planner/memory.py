@@ -209,7 +209,7 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         if zero3_linear:
             layer += lora.get("zero3_layer_extra_dropout" if dropout else "zero3_layer_extra", 0)
         rest = lora["rest"] + (lora["rest_dropout"] if dropout else 0)
-    # A sliding window no shorter than the sequence makes transformers pass SDPA a boolean mask; PyTorch turns
+    # A sliding window the sequence reaches (seq_len >= window) makes transformers pass SDPA a boolean mask; PyTorch turns
     # it into a bias in the query's dtype, per call, and the memory-efficient kernel (flash takes no mask) keeps
     # it for backward: width * seq bytes per token in every masked layer (benchmarks/saved_census.py on H100:
     # Phi-3-mini at 2,048 and 4,096 tokens keeps 2.0 B per token per position more than at 1,024, where the
@@ -546,6 +546,9 @@ def estimate_memory(
     )
 
 
+STAGE3_NORM_CHUNK = 250_000_000  # stage3.py _constant_buffered_norm2(buffer_size=250000000)
+
+
 def offloaded_head_bytes(head_numel: int, w: int, n: int, stage: int) -> int:
     """Returns the GPU bytes an untied LM head's gradient holds at once while ZeRO hands it to the CPU optimizer.
 
@@ -561,8 +564,6 @@ def offloaded_head_bytes(head_numel: int, w: int, n: int, stage: int) -> int:
         return w * head_numel + w * part + 8 * min(part, STAGE3_NORM_CHUNK)
     return w * head_numel + 8 * part
 
-
-STAGE3_NORM_CHUNK = 250_000_000  # stage3.py _constant_buffered_norm2(buffer_size=250000000)
 
 
 def pinned_bytes(num_bytes: int) -> int:
