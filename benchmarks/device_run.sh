@@ -13,6 +13,7 @@ deadline=$1; shift
 source benchmarks/device_env.sh
 export TORCH_CUDA_ARCH_LIST=9.0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
+df -h /tmp | tee -a $OUT/gpu.txt; nproc | tee -a $OUT/gpu.txt
 python3 -c "import peft, bitsandbytes, transformers, torch; print('peft', peft.__version__, 'bitsandbytes', bitsandbytes.__version__)" 2>&1 | tail -1 | tee -a $OUT/gpu.txt
 # Build the fused ops once, in the background, while the first cases start (they wait on the lock).
 python3 -c "from deepspeed.ops.op_builder import FusedAdamBuilder as F, CPUAdamBuilder as C; F().load(); C().load()" \

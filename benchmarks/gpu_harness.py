@@ -82,18 +82,26 @@ class Running:
     def __init__(self, case: dict, gpus: list[int], workdir: Path, need_bytes: int):
         self.case, self.gpus, self.workdir, self.need_bytes = case, gpus, workdir, need_bytes
         self.host_bytes = host_need_bytes(case)
+        self.disk_bytes = (case.get("planned") or {}).get("disk_bytes", 0)
         self.state, self.shared = "warm", False
         (workdir / "case.json").write_text(json.dumps(case))
         self.go_file = workdir / "go"
-        cmd = [
-            sys.executable, "-u", "-m", "deepspeed.launcher.runner",
-            "--include", "localhost:" + ",".join(map(str, gpus)),
-            "--master_port", str(free_port()),
-            str(ROOT / "benchmarks" / "gpu_step.py"),
-            "--case", str(workdir / "case.json"), "--out-dir", str(workdir), "--go-file", str(self.go_file),
-        ]  # fmt: skip
         env = {**os.environ, **SAFE_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        if case.get("kind") == "zero-run":
+            # A whole zero-run and its resume (phase_case.py); zero-run launches its own ranks, on these GPUs, with
+            # its own allocator setting.
+            cmd = [sys.executable, "-u", str(ROOT / "benchmarks" / "phase_case.py"), "--case", str(workdir / "case.json"),
+                   "--out-dir", str(workdir), "--go-file", str(self.go_file)]  # fmt: skip
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        else:
+            cmd = [
+                sys.executable, "-u", "-m", "deepspeed.launcher.runner",
+                "--include", "localhost:" + ",".join(map(str, gpus)),
+                "--master_port", str(free_port()),
+                str(ROOT / "benchmarks" / "gpu_step.py"),
+                "--case", str(workdir / "case.json"), "--out-dir", str(workdir), "--go-file", str(self.go_file),
+            ]  # fmt: skip
         if case.get("alloc_conf"):  # the allocator setting zero-run launches with (memory.ALLOC_CONF)
             env["PYTORCH_CUDA_ALLOC_CONF"] = case["alloc_conf"]
         self.log = open(workdir / "log.txt", "w")
@@ -101,7 +109,8 @@ class Running:
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def ready(self) -> bool:
-        return all((self.workdir / f"ready{rank}").exists() for rank in range(len(self.gpus)))
+        ranks = 1 if self.case.get("kind") == "zero-run" else len(self.gpus)  # phase_case.py waits as one process
+        return all((self.workdir / f"ready{rank}").exists() for rank in range(ranks))
 
     def go(self) -> None:
         self.state, self.start = "run", time.time()
@@ -116,14 +125,14 @@ class Running:
     def result(self, status_override: str | None = None) -> dict:
         self.log.close()
         ranks = []
-        for rank in range(len(self.gpus)):
+        for rank in range(1 if self.case.get("kind") == "zero-run" else len(self.gpus)):
             path = self.workdir / f"rank{rank}.json"
             if path.exists():
                 ranks.append(json.loads(path.read_text()))
         statuses = {r["status"] for r in ranks}
         if status_override:
             status = status_override
-        elif len(ranks) < len(self.gpus):
+        elif len(ranks) < (1 if self.case.get("kind") == "zero-run" else len(self.gpus)):
             status = "oom" if "oom" in statuses else "crash"
         else:
             status = "oom" if "oom" in statuses else "error" if "error" in statuses else "ok"
@@ -155,6 +164,14 @@ def host_budget_bytes(reserve: int = 16 * 2**30) -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024 - reserve
     return 2**62  # not Linux: no host packing
+
+
+def disk_budget_bytes(reserve: int = 4 * 2**30) -> int:
+    """Returns the disk the harness may hand to zero-run cases (their checkpoints and exports, under /tmp):
+    what is free there less `reserve`."""
+    import shutil
+
+    return shutil.disk_usage(tempfile.gettempdir()).free - reserve
 
 
 def need_bytes(case: dict, budget: int) -> int:
@@ -200,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = {g: torch.cuda.get_device_properties(g).total_memory - 2**30 for g in gpus}
     free = dict(budget)
     host_free = host_budget_bytes()
+    disk_free = disk_budget_bytes()
     jobs: list[Running] = []
     tmp = Path(tempfile.mkdtemp(prefix="zp-harness-"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             for job in list(jobs):
                 if job.state == "warm" and job.proc.poll() is None:
                     continue
-                timed_out = job.state == "run" and time.time() - job.start > args.case_timeout_s
+                timed_out = job.state == "run" and time.time() - job.start > job.case.get("timeout_s", args.case_timeout_s)
                 if job.proc.poll() is None and not timed_out:
                     continue
                 if timed_out and job.proc.poll() is None:
@@ -226,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 jobs.remove(job)
                 if job.state == "run":
                     host_free += job.host_bytes
+                    disk_free += job.disk_bytes
                     for g in job.gpus:
                         free[g] += job.need_bytes
             # Go, strictly in launch order, when the case's GPUs and the host have room (a case alone goes anyway).
@@ -234,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 if host_free < job.host_bytes and any(j.state == "run" for j in jobs):
                     break
+                if disk_free < job.disk_bytes and any(j.state == "run" for j in jobs):
+                    break
                 host_free -= job.host_bytes
+                disk_free -= job.disk_bytes
                 for g in job.gpus:
                     free[g] -= job.need_bytes
                 others = [j for j in jobs if j.state == "run" and set(j.gpus) & set(job.gpus)]

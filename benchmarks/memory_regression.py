@@ -13,6 +13,7 @@ Cases that ran with a predicted total above the GPU but a floor below it are lis
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -147,7 +148,8 @@ def zero_run_host_check() -> list[str]:
         est = estimate_memory(spec, STRATEGIES[plan.strategy.name], workload, gpu_name=plan.hardware.gpu)
         rank = max(report["ranks"], key=lambda r: r["host_rss_bytes"])
         training, peak = rank["host_rss_marks"]["before_first_save"], rank["host_rss_bytes"]
-        pairs = [("training", training, est.cpu_training_bytes), ("with save", peak, est.cpu_total_bytes)]
+        saved = max(v for k, v in est.host_phase_peaks.items() if k != "resume")  # these runs did not resume
+        pairs = [("training", training, est.cpu_training_bytes), ("with save", peak, saved)]
         if plan.model.init == "pretrained" and plan.strategy.stage != 3:
             # Loading maps the checkpoint (safetensors, mmap): its file-backed pages count in RSS while they are
             # read, but are page cache the kernel reclaims, so the model does not count them (as for QLoRA).
@@ -159,6 +161,149 @@ def zero_run_host_check() -> list[str]:
         for name, measured, predicted in pairs:
             if abs(predicted - measured) / measured > HOST_LIMIT and abs(predicted - measured) > HOST_SLACK_BYTES:
                 failures.append(f"{path.name}: host RSS {name} {measured / GiB:.2f} GiB, predicted {predicted / GiB:.2f}")
+    return failures
+
+
+STEP_CASE_PHASES = ("load", "initialize", "train")
+"""The phases benchmarks/gpu_step.py runs (it neither evaluates, saves, exports nor resumes)."""
+PHASE_LIMIT = 0.02  # every phase's peak of a whole zero-run (issue 24's target), median <= PHASE_MEDIAN_LIMIT
+PHASE_MEDIAN_LIMIT = 0.01
+PHASE_SLACK_BYTES = 64 * 2**20  # phases that hold next to nothing (3-offload-all's resume: 2 MiB) are compared in bytes
+KNOWN_PHASE_MISSES: dict[tuple[str, str], str] = {
+    # (prefix of a case id, phase) -> why a phase beyond PHASE_LIMIT is known and not yet fixed
+    ("qwen2.5-0.5b|3-offload-all|", "save"): "the 16-bit partitions (W) are on the GPU during a checkpoint save "
+    "with parameters offloaded; not found in DeepSpeed's code yet (a census of the save is the next GPU run)",
+}
+
+
+def run_total(est, phases) -> int:
+    """Returns `total` over only `phases` (peak of those + the same overhead)."""
+    return max(est.phase_peaks[p] for p in phases) + est.total_bytes - est.peak_allocated_bytes
+
+
+def after_init_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
+    """Prints gpu_step's peak from the start of the process to the end of deepspeed.initialize (after_init)
+    against the larger of the predicted load and initialize peaks; returns failures (beyond OP_MAX_LIMIT).
+
+    ZeRO-1/2 reset the peak counters inside initialize (deepspeed/runtime/utils.py empty_cache() calls
+    reset_peak_memory_stats before flattening the weights), so for those stages only the initialize phase is
+    in the figure; zero-run's meter keeps both (meter.PhaseMeter folds the peak before each reset)."""
+    errors: dict[str, list[float]] = defaultdict(list)
+    failures, shown = [], []
+    for row in rows:
+        case = row["case"]
+        rank = row["ranks"][0] if row["ranks"] else {}
+        if case.get("kind") == "zero-run" or row["status"] != "ok" or not rank.get("after_init"):
+            continue
+        _, est = predict(row, specs)
+        reset_inside = STRATEGIES[case["strategy"]].stage in (1, 2)
+        predicted = est.phase_peaks["initialize"] if reset_inside else max(est.phase_peaks["load"], est.phase_peaks["initialize"])
+        measured = rank["after_init"]["peak_allocated_bytes"]
+        error = (predicted - measured) / measured
+        method = case.get("method", "full")
+        errors[method].append(error)
+        known = KNOWN_INIT_MISSES.get(method) if abs(error) > OP_MAX_LIMIT else None
+        if abs(error) > OP_MAX_LIMIT and not known:
+            failures.append(f"{row['id']}: load + initialize peak {measured / GiB:.2f} GiB, predicted "
+                            f"{predicted / GiB:.2f} ({error:+.1%})")  # fmt: skip
+        if verbose or abs(error) > OP_MAX_LIMIT:
+            shown.append(f"  {row['id'][:70]:70s} {measured / GiB:7.2f} {predicted / GiB:7.2f} {error:+7.1%}"
+                         + (f"  known: {known}" if known else ""))  # fmt: skip
+    print("\nloading + deepspeed.initialize (gpu_step after_init; peak allocated, predicted vs measured):")
+    for method, values in sorted(errors.items()):
+        abs_values = [abs(e) for e in values]
+        print(f"  {method:6s} {len(values):4d} cases: median |error| {statistics.median(abs_values):5.1%}, "
+              f"range {min(values):+.1%} .. {max(values):+.1%}")
+    for line in shown:
+        print(line)
+    return failures
+
+
+KNOWN_INIT_MISSES = {
+    "qlora": "bitsandbytes quantising while from_pretrained loads: not yet measured per phase (phases suite)",
+}
+
+
+def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
+    """Prints every phase of the whole zero-runs (benchmarks/phases.py, kind "zero-run") against the memory
+    model, GPU and host; returns failures: a phase beyond PHASE_LIMIT (and PHASE_SLACK_BYTES), a median beyond
+    PHASE_MEDIAN_LIMIT, an out-of-memory in any phase of a case called fitting, a host phase beyond HOST_LIMIT."""
+    from zero_planner.phases import PHASES
+
+    failures: list[str] = []
+    errors: dict[str, list[float]] = defaultdict(list)
+    host_errors: list[float] = []
+    lines, known_lines, ooms = [], [], []
+    for row in rows:
+        case = row["case"]
+        if case.get("kind") != "zero-run":
+            continue
+        spec, est = predict(row, specs)
+        planned = case.get("planned", {})
+        capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES if case.get("memory_limit_bytes") else row["provenance"]["gpu_memory_bytes"]
+        rank = row["ranks"][0] if row["ranks"] else {}
+        if row["status"] != "ok":
+            phase = rank.get("oom_phase") or "?"
+            called_fit = est.fit_total_bytes <= capacity
+            ooms.append(f"  {row['id'][:70]}: {row['status']} in {phase}; predicted {est.total_bytes / GiB:.2f} GiB "
+                        f"({est.binding_phase}) of {capacity / GiB:.2f} ({'called fitting' if called_fit else 'called not fitting'})")  # fmt: skip
+            if row["status"] == "oom" and called_fit:
+                failures.append(f"{row['id']}: out of memory in {phase}, predicted to fit ({est.total_bytes / GiB:.2f} GiB)")
+            elif row["status"] != "oom":
+                failures.append(f"{row['id']}: {row['status']} (not an out-of-memory): see its log")
+            continue
+        cells = []
+        for phase in PHASES:
+            figures = rank.get("phases", {}).get(phase)
+            if not figures or not figures.get("peak_allocated_bytes"):
+                continue
+            measured, predicted = figures["peak_allocated_bytes"], est.phase_peaks[phase]
+            error = (predicted - measured) / measured
+            errors[phase].append(error)
+            cells.append(f"{phase} {error:+.1%}")
+            if abs(error) > PHASE_LIMIT and abs(predicted - measured) > PHASE_SLACK_BYTES:
+                known = next((why for (prefix, name), why in KNOWN_PHASE_MISSES.items()
+                              if name == phase and row["id"].startswith(prefix)), None)  # fmt: skip
+                message = (f"{row['id']}: {phase} peak {measured / GiB:.3f} GiB, predicted {predicted / GiB:.3f} "
+                           f"({error:+.1%})")  # fmt: skip
+                if known:
+                    known_lines.append(f"  {message}: {known}")
+                else:
+                    failures.append(message)
+        for phase, predicted in est.host_phase_peaks.items():
+            figures = rank.get("phases", {}).get(phase)
+            if figures and figures.get("host_rss_peak_bytes"):
+                measured = figures["host_rss_peak_bytes"]
+                error = (predicted - measured) / measured
+                host_errors.append(error)
+                if abs(error) > HOST_LIMIT and abs(predicted - measured) > HOST_SLACK_BYTES:
+                    failures.append(f"{row['id']}: host RSS in {phase} {measured / GiB:.2f} GiB, predicted "
+                                    f"{predicted / GiB:.2f} ({error:+.1%})")  # fmt: skip
+        lines.append(f"  {row['id'][:62]:62s} " + " ".join(cells))
+    if not lines and not ooms:
+        return failures
+    print("\nwhole zero-runs, every phase (benchmarks/phases.py; peak allocated, predicted vs measured):")
+    for phase in PHASES:
+        if errors[phase]:
+            abs_values = [abs(e) for e in errors[phase]]
+            print(f"  {phase:10s} {len(abs_values):4d} cases: median |error| {statistics.median(abs_values):5.1%}, "
+                  f"range {min(errors[phase]):+.1%} .. {max(errors[phase]):+.1%}")
+    every = [abs(e) for values in errors.values() for e in values]
+    if every:
+        print(f"  {'all':10s} {len(every):4d} phase peaks: median |error| {statistics.median(every):5.1%}")
+        if statistics.median(every) > PHASE_MEDIAN_LIMIT:
+            failures.append(f"phase peaks: median |error| {statistics.median(every):.1%} exceeds {PHASE_MEDIAN_LIMIT:.0%}")
+    if host_errors:
+        print(f"  host RSS per phase {len(host_errors)} figures: median |error| "
+              f"{statistics.median([abs(e) for e in host_errors]):5.1%}, range {min(host_errors):+.1%} .. {max(host_errors):+.1%}")
+    if verbose:
+        print("\n".join(lines))
+    if ooms:
+        print("  did not finish:")
+        print("\n".join(ooms))
+    if known_lines:
+        print("  known phase misses (KNOWN_PHASE_MISSES):")
+        print("\n".join(known_lines))
     return failures
 
 
@@ -183,13 +328,18 @@ def main(argv: list[str] | None = None) -> int:
     known_misses: list[str] = []
     trainable_checked = 0
     print(f"{'case':58s} {'gpu':5s} {'measured':>9s} {'ours':>9s} {'err':>7s} {'DS est':>8s} {'16B/P':>8s}  fit")
-    for row in load_cases():
+    rows = load_cases()
+    for row in rows:
         case = row["case"]
+        if case.get("kind") == "zero-run":
+            continue  # whole runs, every phase: phase_check below
         spec, est = predict(row, specs)
         capacity = row["provenance"]["gpu_memory_bytes"]
         if case.get("memory_limit_bytes"):  # an emulated smaller GPU: the card whose capacity the case was planned for
             capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES
         gpu = gpu_short_name(row["provenance"]["gpu"])
+        # gpu_step.py runs loading, deepspeed.initialize and four steps: the phases its fit is judged by.
+        est = dataclasses.replace(est, total_bytes=run_total(est, STEP_CASE_PHASES))
         predicted_fit = est.total_bytes <= capacity
         operating = "planned" in case
         if row["status"] == "oom":
@@ -219,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(f"{row['id']}: {counted[0]:,} trainable parameters, predicted {expected:,}")
         trainable_checked += bool(counted)
         measured = max(r["peak_allocated_bytes"] for r in row["ranks"])
-        error = (est.peak_allocated_bytes - measured) / measured
+        error = (est.train_peak_bytes - measured) / measured  # gpu_step measures the steps after initialize
         if operating:
             op_errors.append(error)
             op_fits += 1
@@ -265,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_band.append(f"{row['id']}: ran on {gpu} ({capacity / GiB:.2f} GiB) with predicted total "
                               f"{est.total_bytes / GiB:.2f} GiB and floor {est.floor_bytes / GiB:.2f} GiB")  # fmt: skip
         if args.verbose or abs(error) > MEDIAN_LIMIT:
-            print(f"{row['id']:58s} {gpu:5s} {measured / GiB:9.2f} {est.peak_allocated_bytes / GiB:9.2f} "
+            print(f"{row['id']:58s} {gpu:5s} {measured / GiB:9.2f} {est.train_peak_bytes / GiB:9.2f} "
                   f"{error:+7.1%} {ds_gpu / GiB:8.2f} {rule16 / GiB:8.2f}  {'ok' if predicted_fit else 'WRONG'}")  # fmt: skip
 
     print("\nper strategy: cases, median |error|, max |error| of peak_allocated")
@@ -315,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in known_misses:
             print(f"  {line}")
     failures += zero_run_host_check()
+    failures += after_init_check(rows, specs, args.verbose)
+    failures += phase_check(rows, specs, args.verbose)
     if median > MEDIAN_LIMIT:
         failures.append(f"median |error| {median:.1%} exceeds {MEDIAN_LIMIT:.0%}")
     if failures:

@@ -24,6 +24,7 @@ from zero_planner.strategies import STRATEGIES
 
 P = 1_000_000_000  # a round 1B-parameter model makes every term readable by hand
 WS = workspace_bytes("H100")  # 2 x 32 MiB cuBLAS workspaces
+IPG = 2 * 2**20  # stage 3's reduce bucket: our buckets are max(h*h, 2**20) elements, bf16
 
 
 def synthetic_spec(**overrides) -> ModelSpec:
@@ -57,9 +58,9 @@ PEAKS = [
     ("1", 1, 14 * P + 8 * P, "2 + 12/n resident, step: grad partition 2 + flat 2 + fp32 4 (per n)"),
     ("2", 2, 2 * P + 12 * P // 2 + 8 * P // 2, "same terms with n = 2"),
     ("2", 4, 2 * P + 12 * P // 4 + 8 * P // 4, "same terms with n = 4"),
-    ("3", 1, 16 * P + 6 * P, "16/n resident, step: one sub-group (<= 1e9) of fp32 grad 4 + source 2"),
-    ("3", 4, 16 * P // 4 + 2 * 10**9 + 1800,
-     "16/n resident; backward holds stage3_max_live_parameters (1e9) gathered + activations: "
+    ("3", 1, 16 * P + 6 * P + IPG, "16/n resident + reduce bucket, step: one sub-group (<= 1e9) of fp32 grad 4 + source 2"),
+    ("3", 4, 16 * P // 4 + IPG + 2 * 10**9 + 1800,
+     "16/n resident + reduce bucket; backward holds stage3_max_live_parameters (1e9) gathered + activations: "
      "100 tokens x 10 layers x 1 byte saved + 8 bytes x 100 logits"),
 ]
 
@@ -290,7 +291,11 @@ def test_fp32_doubles_working_copies():
 def test_every_figure_is_int_bytes():
     est = estimate_memory(llama(), STRATEGIES["3"], workload(2, micro_batch_size=3, seq_len=1000), gpu_name="T4")
     for name, value in dataclasses.asdict(est).items():
-        if name != "notes":
+        if name == "phase_peaks":
+            assert all(type(v) is int for v in value.values()) and max(value.values()) == est.peak_allocated_bytes
+        elif name == "host_phase_peaks":
+            assert all(type(v) is int for v in value.values()) and max(value.values()) <= est.cpu_total_bytes
+        elif name not in ("notes", "binding_phase"):
             assert type(value) is int, name
 
 

@@ -5,13 +5,16 @@ Pure functions of a ModelSpec, a Strategy and a Workload; no torch. Every term n
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from zero_planner.dsconfig import bucket_sizes
+from zero_planner.dsdefaults import zero_settings
 from zero_planner.models.activations import closed_form_coefficients
 from zero_planner.models.spec import ModelSpec
+from zero_planner.phases import PHASES
 from zero_planner.strategies import Strategy
 
 GiB = 2**30
@@ -81,6 +84,9 @@ class Workload:
     """PyTorch's allocator runs with ALLOC_CONF (zero-run sets it): cached blocks are returned page by page
     under pressure, so `total` is the peak allocation plus the context. False: the default allocator, whose
     fragmented cache is part of `total` (`reserved` below)."""
+    pretrained: bool = False
+    """The weights are read with from_pretrained (the model is built on the meta device first); False: built
+    from the config and initialised randomly, which allocates a tied LM head before tying it (load phase)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,10 @@ class ZeroBuffers:
     max_live_parameters: int
     overlap_comm: bool
     contiguous_gradients: bool
+    sub_group_size: int = SUB_GROUP_SIZE
+    """Stage 3 steps the optimizer over sub-groups of at most this many elements (0: one tensor each)."""
+    pin_memory: bool = True
+    """Offloaded optimizer states and parameters live in pinned host memory (DeepSpeed's default)."""
 
     @classmethod
     def for_model(cls, hidden_size: int) -> "ZeroBuffers":
@@ -111,23 +121,30 @@ class ZeroBuffers:
 
     @classmethod
     def from_ds_config(cls, config: dict[str, Any], hidden_size: int) -> "ZeroBuffers":
-        """Returns the sizes a DeepSpeed JSON sets, DeepSpeed's defaults where it is silent ("auto" -> ours)."""
+        """Returns the sizes a DeepSpeed JSON sets: its own values, the installed DeepSpeed's defaults where it is
+        silent (dsdefaults.zero_settings), ours where it says "auto" (Hugging Face fills those as we do)."""
         zero = config.get("zero_optimization", {}) or {}
+        settings = zero_settings(zero)
         ours = cls.for_model(hidden_size)
+        auto = {"reduce_bucket_size": ours.reduce_bucket_size, "allgather_bucket_size": ours.allgather_bucket_size,
+                "prefetch_bucket_size": ours.prefetch_bucket_size,
+                "param_persistence_threshold": ours.param_persistence_threshold}  # fmt: skip
 
-        def value(key: str, default: int) -> int:
-            raw = zero.get(key, default)
-            return default if raw == "auto" else int(float(raw))
+        def number(key: str) -> int:
+            raw = settings[key]
+            return auto.get(key, 0) if raw == "auto" else int(float(raw))
 
-        stage = int(zero.get("stage", 0))
+        offloads = [settings[s] for s in ("offload_optimizer", "offload_param") if s in settings]
         return cls(
-            reduce_bucket_size=value("reduce_bucket_size", 500_000_000 if "reduce_bucket_size" not in zero else ours.reduce_bucket_size),
-            allgather_bucket_size=value("allgather_bucket_size", 500_000_000),
-            prefetch_bucket_size=value("stage3_prefetch_bucket_size", 50_000_000 if "stage3_prefetch_bucket_size" not in zero else ours.prefetch_bucket_size),
-            param_persistence_threshold=value("stage3_param_persistence_threshold", 100_000 if "stage3_param_persistence_threshold" not in zero else ours.param_persistence_threshold),
-            max_live_parameters=value("stage3_max_live_parameters", 1_000_000_000),
-            overlap_comm=bool(zero.get("overlap_comm", stage == 3)),
-            contiguous_gradients=bool(zero.get("contiguous_gradients", True)),
+            reduce_bucket_size=number("reduce_bucket_size"),
+            allgather_bucket_size=number("allgather_bucket_size"),
+            prefetch_bucket_size=number("prefetch_bucket_size"),
+            param_persistence_threshold=number("param_persistence_threshold"),
+            max_live_parameters=number("max_live_parameters"),
+            overlap_comm=bool(settings["overlap_comm"]),
+            contiguous_gradients=bool(settings["contiguous_gradients"]),
+            sub_group_size=number("sub_group_size"),
+            pin_memory=all(bool(o.get("pin_memory", True)) for o in offloads),
         )
 
 
@@ -158,6 +175,20 @@ class MemoryEstimate:
     and total, a run depends on PyTorch releasing cached blocks when memory runs short (measured both ways:
     Gemma 2 2B at 4096 tokens ran at 66.5 of a predicted 86.0 GiB on an 79.2 GiB H100; Llama 3.2 3B stage 0
     ran out at 73.2 of 93.8, unable to find 12 GiB contiguous among 11.8 GiB of cached blocks)."""
+    phase_peaks: dict[str, int] = field(default_factory=dict)
+    """Peak allocated bytes of each phase of a run (phases.PHASES); peak_allocated_bytes is the largest."""
+    binding_phase: str = "train"
+    """The phase whose peak is peak_allocated_bytes (the first of equals, in PHASES order)."""
+    host_phase_peaks: dict[str, int] = field(default_factory=dict)
+    """Host memory per node at the peak of the phases that hold more of it than training: checkpoint save,
+    export, resume (and train itself); cpu_total_bytes is the largest."""
+    train_peak_bytes: int = 0
+    """The training steps' own peak (steps 1..4, the first optimizer step included): what benchmarks/gpu_step.py
+    measures after deepspeed.initialize."""
+    fit_total_bytes: int = 0
+    """`total` as the fit check reads it: the same, except that a transient DeepSpeed allocates only when the card
+    has room for it (ZeRO-1/2 flattening the weights on the GPU) counts at the figure of its fallback, which
+    DeepSpeed takes otherwise. Never above total."""
 
 
 MOE_REGATHERED_LAYERS = 3
@@ -345,6 +376,15 @@ def weight_bytes(spec: ModelSpec, workload: Workload) -> int:
     return w * (total + adapters)
 
 
+def sub_group_numel(spec: ModelSpec, P: int, n: int, sub_group_size: int) -> int:
+    """Returns the elements of ZeRO-3's largest optimizer sub-group on one rank: stage3.py _create_fp16_sub_groups
+    closes a group once it holds sub_group_size elements (0: every tensor is a group of its own)."""
+    Pn = -(-P // n)
+    if sub_group_size == 0:
+        return min(Pn, -(-spec.largest_tensor_numel // n))
+    return min(Pn, sub_group_size)
+
+
 def moe_expert_numel(spec: ModelSpec) -> int:
     """Returns the elements of all routed-expert weights: layers x experts x (3 or 2) x hidden x intermediate."""
     matrices = 3 if spec.gated_mlp else 2
@@ -362,15 +402,20 @@ def estimate_memory(
     workload: Workload,
     buffers: ZeroBuffers | None = None,
     gpu_name: str | None = None,
+    gpu_memory_bytes: int | None = None,
 ) -> MemoryEstimate:
     """Returns the predicted memory of the busiest rank for `workload` under `strategy`, in bytes.
 
-    peak_allocated is the largest of three phase peaks (steady state, after the first optimizer step):
+    The training steps' peak (train_peak_bytes) is the largest of three moments of a step (steady state, after
+    the first optimizer step):
       forward  = resident + workspaces + forward activations (+ gathered stage-3 parameters)
       backward = resident + workspaces + backward activations (+ gathered parameters, gradient buffers)
       step     = resident + workspaces + the optimizer step's transient copies
     `resident` is what lives across steps: 16-bit weights, fp32 master weights, Adam moments and (stage 3)
     the gradient partition. The reported components are those resident terms plus each phase's own part.
+    peak_allocated is the largest peak of a whole run: the train phase's and those of loading, initialize,
+    resume, eval, checkpoint save and export (phase_peaks, see run_phase_peaks). gpu_memory_bytes: the card's
+    capacity, where DeepSpeed decides by the free memory it sees (None: a card with room to spare).
     """
     buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
     n = workload.world_size
@@ -441,10 +486,14 @@ def estimate_memory(
         persistent = w * persistent_numel(spec, buffers.param_persistence_threshold)
         params = 0 if off_param else W // n
         params += persistent
-        gradients = 0 if off_opt else w * P // n
+        # stage3.py _setup_for_real_optimizer: with contiguous_gradients, one reduce bucket (reduce_bucket_size
+        # elements in the gradients' dtype) is allocated at initialize and kept, offloaded or not: 0.93 GiB at
+        # DeepSpeed's default 5e8 elements in bf16, which a minimal JSON gets.
+        ipg = w * buffers.reduce_bucket_size if buffers.contiguous_gradients else 0
+        gradients = (0 if off_opt else w * P // n) + ipg
         optimizer = 0 if off_opt else (master + adam) * P // n
         # stage3.py steps one sub-group at a time: fp32 grad (4) and its 16-bit source copy (2) per element.
-        step_transient = 0 if off_opt else (4 + 2) * min(P // n, SUB_GROUP_SIZE)
+        step_transient = 0 if off_opt else (4 + 2) * sub_group_numel(spec, P, n, buffers.sub_group_size)
         if n > 1 or off_param:
             # Gathered parameters kept alive between uses: up to stage3_max_live_parameters elements.
             # Measured: +2.0 bytes per gathered element, capped at 1e9 elements, on four architectures.
@@ -471,7 +520,7 @@ def estimate_memory(
     # off, stages 0/2/3, seq-cls) and within 9 MiB on Qwen2.5-1.5B (H100).
 
     # Gradient storage that stays allocated across steps: stage 3's partition, the offload staging buffer.
-    resident_grads = gradients if (stage == 3 and not off_opt) or (stage in (1, 2) and off_opt) else 0
+    resident_grads = gradients if stage == 3 or (stage in (1, 2) and off_opt) else 0
     fwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + act.forward_peak_bytes
     bwd_act = act.backward_peak_bytes
     if partition_at_activation_peak:
@@ -487,7 +536,15 @@ def estimate_memory(
         bwd_act = max(bwd_act, act.saved_bytes - 4 * logits + hidden_grad + head_after_loss)
     bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act
     step = params + optimizer + resident_grads + ws + step_transient
-    peak = max(fwd, bwd, step)
+    train_peak = max(fwd, bwd, step)
+    context = (CUDA_CONTEXT_BYTES if ws else 0) + (NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0)
+    phases, guarded = run_phase_peaks(
+        spec, strategy, workload, W=W, P=P, train_peak=train_peak, resident=params + optimizer + resident_grads,
+        ws=ws, gathered=gathered, forward_activations=act.forward_peak_bytes, capacity=gpu_memory_bytes,
+        context=context, sub_group_size=buffers.sub_group_size,
+        ipg=w * buffers.reduce_bucket_size if stage == 3 and buffers.contiguous_gradients else 0)  # fmt: skip
+    peak = max(phases.values())
+    binding = next(name for name in PHASES if phases.get(name) == peak)
 
     # Caching-allocator slack: blocks freed by one phase are kept reserved and cannot serve the next phase's
     # differently sized tensors, so reserved memory holds the activation peak and the step transients at
@@ -506,7 +563,6 @@ def estimate_memory(
         bound = on_gpu.peak_allocated_bytes + on_gpu.overhead_bytes - (CUDA_CONTEXT_BYTES if ws else 0)
         bound -= NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0
         reserved = max(reserved, min(peak + loss_pools, max(bound, peak)))
-    context = (CUDA_CONTEXT_BYTES if ws else 0) + (NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0)
     if n > 1:
         notes.append("includes an assumed 0.5 GiB of NCCL buffers per rank (not yet measured)")
     fragmented_total = reserved + context
@@ -527,7 +583,19 @@ def estimate_memory(
     if off_param:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
-    saving = (PROCESS_RSS_BYTES + checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)) * workload.gpus_per_node
+    parts = host_parts(strategy, P, n, w, offloaded, workload.precision)
+    if off_param and adapters:
+        parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
+    staging = checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
+    # The module's own file (rank 0): DeepSpeed copies its whole state dict to host memory before torch.save
+    # (checkpoint/utils.py clone_tensors_for_torch_save). An adapter run's leaves frozen tensors out by name
+    # (engine.module_state_dict: exclude_frozen_parameters over named_parameters()), which lists a tied LM head
+    # once, under the embedding: `lm_head.weight` stays and is saved (Llama 3.2 1B LoRA: save +0.5 GiB RSS, and
+    # its resume reads it back).
+    module_file = w * P if adapters else W
+    if adapters and spec.tie_word_embeddings and workload.task == "causal-lm":
+        module_file += w * spec.vocab_size * spec.hidden_size
+    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=staging, module_file=module_file, W=W, P=P)
     buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
     return MemoryEstimate(
         params_bytes=params,
@@ -538,12 +606,132 @@ def estimate_memory(
         overhead_bytes=overhead,
         peak_allocated_bytes=peak,
         total_bytes=total,
-        cpu_total_bytes=max(host, saving),
+        cpu_total_bytes=max(host, *host_phases.values()),
         cpu_training_bytes=host,
         notes=tuple(notes),
         fragmented_total_bytes=fragmented_total,
         floor_bytes=peak + context,
+        phase_peaks=phases,
+        binding_phase=binding,
+        host_phase_peaks=host_phases,
+        train_peak_bytes=train_peak,
+        fit_total_bytes=total - max(peak - max({**phases, "initialize": phases["initialize"] - guarded}.values()), 0),
     )
+
+
+def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, train_peak: int,
+                    resident: int, ws: int, gathered: int, forward_activations: int, capacity: int | None,
+                    context: int, sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> tuple[dict[str, int], int]:
+    """Returns ({phase: peak allocated bytes} for every phase of a run, the bytes of the initialize peak that
+    DeepSpeed allocates only when the card has room for them).
+
+    W: every weight as stored on the GPU; P: trainable parameters; train_peak: the training steps' peak;
+    resident: what lives on the GPU between steps (16-bit weights or their partition, fp32 master weights, Adam
+    moments, stage 3's gradient partition, the offload staging buffer); ws: cuBLAS workspaces (allocated by the
+    first matmul, so not in load, initialize or resume); gathered: ZeRO-3 parameters gathered while a forward
+    runs; forward_activations: the training forward's activation peak (eval keeps less: no saved tensors). Each term is read from DeepSpeed 0.19 and transformers 5 and was measured by zero-run per phase
+    (benchmarks/phases.py: Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B LoRA; H100, 2026-11-25).
+    """
+    stage, n = strategy.stage, workload.world_size
+    off_opt, off_param = strategy.offload_optimizer != "none", strategy.offload_param != "none"
+    w = 4 if workload.precision == "fp32" else 2
+    mixed = w == 2
+    Pn = -(-P // n) if stage > 0 else P
+    adapters = workload.method in ("lora", "qlora")
+    causal = workload.task == "causal-lm"
+    largest = w * spec.largest_tensor_numel  # the embedding (or LM head) in every catalog model but MoE experts
+    largest_part = w * -(-spec.largest_tensor_numel // n)
+    # A tied LM head: from_config allocates the head's own weight and transformers ties it to the embedding
+    # afterwards (freed then); from_pretrained builds on the meta device and allocates no such copy. Measured:
+    # load = W + the head's weight (Qwen2.5-0.5B 1.174 GiB = 0.920 + 0.254; Llama 3.2 1B LoRA 2.791 = 2.32 + 0.49).
+    head = w * spec.vocab_size * spec.hidden_size if spec.tie_word_embeddings and causal and not workload.pretrained else 0
+    partition = W // n if stage == 3 and not off_param else (0 if stage == 3 else W)
+
+    # load: the model as built, before deepspeed.initialize.
+    if stage < 3:
+        load = W + head
+        if workload.method == "qlora":
+            # bitsandbytes quantises each linear weight as from_pretrained reads it: one 16-bit weight at a time
+            # on top of the stored (4-bit) model.
+            load = W + w * _linear(spec)["largest_numel"]
+    else:
+        # zero.Init partitions each tensor as it is made; the model's weights are then initialised (random init:
+        # modeling._init_partitioned_weights) or loaded (from_pretrained) one module at a time, gathered whole.
+        # Measured: Qwen2.5-0.5B (tied) W + 2 x embedding at stage 3, 2 x embedding with parameters offloaded
+        # (the gathered weight and its partition brought up to the GPU; 1.25 x at 4 GPUs, 1.5 x at 2 for Llama
+        # 3.2 1B); untied Mistral-8L W + 1.13 x (2026-11-22 results: after_init).
+        tied_partition = w * -(-spec.vocab_size * spec.hidden_size // n) if head and not off_param else 0
+        load = partition + tied_partition + largest + (largest_part if off_param else 0)
+
+    # initialize: deepspeed.initialize, from the loaded model.
+    guarded = 0
+    if stage == 0:
+        # fp16/fused_optimizer.py FP16_Optimizer.__init__ (bf16 too at stage 0): the trainable weights flattened
+        # into one buffer (the originals freed), an fp32 master copy (4P), then initialize_optimizer_states: an
+        # fp32 zero gradient (4P) and one optimizer step that creates Adam's moments (8P). Measured 18 B/param on
+        # every full fine-tuning case (Qwen2.5-0.5B, GPT-2 medium fp16: 8.28 and 5.95 GiB). fp32: a plain torch
+        # optimizer, whose states are made by the first step.
+        initialize = W + (4 + 4 + 8) * P if mixed else W
+    elif stage in (1, 2):
+        # stage_1_and_2.py: the trainable weights flattened into one buffer, on the GPU when NVML reports room for
+        # it (`available_memory() >= flat_buffer_bytes`), else through host memory; then the fp32 master
+        # partition (4Pn) and, in initialize_optimizer_states, an fp32 gradient partition (4Pn, freed again
+        # unless the optimizer is offloaded, where both live on the host). Offloaded, the GPU keeps a staging
+        # buffer of the largest trainable tensor (temp_grad_buffer_for_gpu_offload).
+        flat = w * P
+        free = None if capacity is None else capacity - context - W
+        on_gpu = free is None or free >= flat
+        guarded = flat if on_gpu else 0
+        staging = w * (workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters
+                       else spec.largest_tensor_numel)  # fmt: skip
+        initialize = W + max(guarded, staging if off_opt else 8 * Pn)
+    else:
+        # stage3.py: the partitions defragmented into one flat buffer (through host memory), then per optimizer
+        # sub-group (<= SUB_GROUP_SIZE elements) the fp32 master copy (4Pn), and initialize_optimizer_states' fp32
+        # gradient buffer of the largest sub-group (4 x group, freed); last the flat gradient partition (w Pn).
+        # At the end one parameter is gathered whole: measured w x the largest tensor above the resident
+        # partitions on every stage-3 case (Llama 3.2 3B 8Pn + 0.73 GiB, Phi-3 8Pn + 0.18, Gemma 2 8Pn + 1.10;
+        # with parameters offloaded, twice the embedding: the gathered weight and its partition brought up).
+        end_gather = largest + (largest_part if off_param else 0)
+        if off_opt:
+            initialize = partition + ipg + end_gather
+        else:
+            group = sub_group_numel(spec, P, n, sub_group_size)
+            initialize = partition + 4 * Pn + max(4 * group, w * Pn + ipg + end_gather)
+
+    # resume: engine.load_checkpoint, after initialize. FP16_Optimizer's torch optimizer loads Adam's moments into
+    # new tensors while the ones made at initialize are still held (+8P; measured 22 B/param in all at stage 0:
+    # Qwen2.5-0.5B 10.12 GiB, GPT-2 medium fp16 7.27); ZeRO-1/2/3 create them from the checkpoint (no earlier
+    # ones: the resident figure, 14 B/param at stage 1-2 and 16 at stage 3 on one GPU, measured).
+    if stage == 0:
+        resume = W + (4 + 8 + 8) * P if mixed else W + 8 * P
+    else:
+        resume = resident
+
+    # eval: a forward without gradients at the training micro-batch, after an optimizer step: no activations are
+    # kept; at the loss, the 16-bit logits, their fp32 copy and the fp32 log-softmax (2 + 4 + 4 bytes per logit;
+    # fp32 runs have no copy) and the final hidden states. Measured Qwen2.5-0.5B at 2 x 1024: resident + 2.93 GiB.
+    tokens = workload.micro_batch_size * workload.seq_len
+    logits = tokens * spec.vocab_size if causal else workload.micro_batch_size * workload.num_labels
+    at_loss = (10 if mixed else 8) * logits + 2 * w * tokens * spec.hidden_size
+    eval_ = resident + ws + gathered + min(at_loss, forward_activations)
+
+    # save: DeepSpeed's checkpoint copies each tensor to host memory (checkpoint/utils.py
+    # clone_tensors_for_torch_save, torch.save): nothing more on the GPU (measured: resident + workspaces).
+    save = resident + ws
+
+    # export: stages 0-2 hand the state dict's tensors to the host a shard at a time (train._write_hf_folder);
+    # ZeRO-3 gathers each module whole (engine._zero3_consolidated_16bit_state_dict), the largest one at a time
+    # (measured: + the embedding, twice it with parameters offloaded). LoRA's merged export computes each
+    # adapter's delta (B @ A) beside its weight: two of the largest adapted weight.
+    export = resident + ws
+    if stage == 3 and not adapters:
+        export += largest + (largest_part if off_param else 0)
+    elif adapters and stage < 3:
+        export += 2 * w * _linear(spec)["largest_numel"]
+    phases = {"load": load, "initialize": initialize, "resume": resume, "train": train_peak, "eval": eval_,
+              "save": save, "export": export}  # fmt: skip
+    return {name: int(phases[name]) for name in PHASES}, int(guarded)
 
 
 STAGE3_NORM_CHUNK = 250_000_000  # stage3.py _constant_buffered_norm2(buffer_size=250000000)
@@ -564,6 +752,61 @@ def offloaded_head_bytes(head_numel: int, w: int, n: int, stage: int) -> int:
         return w * head_numel + w * part + 8 * min(part, STAGE3_NORM_CHUNK)
     return w * head_numel + 8 * part
 
+
+
+EXPORT_SHARD_BYTES = 2 * 2**30
+"""Largest safetensors file zero-run's final export writes (train._write_hf_folder): shards are copied to host
+memory and written one at a time."""
+
+
+def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts, staging: int, module_file: int,
+                     W: int, P: int) -> dict[str, int]:
+    """Returns host bytes per node at the peak of initialize (ZeRO-3 with parameters on the GPU), train, save,
+    export and resume (every local rank's process).
+
+    parts: one rank's process and offloaded states (host_parts); staging: what one rank holds at once while it
+    saves a checkpoint
+    (checkpoint_staging_bytes); module_file: the bytes of the module's checkpoint file; W: the weights' stored
+    bytes; P: trainable parameters. save: every rank stages its own optimizer state at once, rank 0 the module's
+    state dict too (the larger of the two at a time: measured Qwen2.5-0.5B 2-offload + its W, stage 1 + 4P). Measured per phase with zero-run (benchmarks/phases.py,
+    RSS peak per phase, Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B LoRA; H100, 2026-11-25).
+    export: rank 0 writes while the others wait at their training baseline. Stages 0-2 copy one shard
+    (<= EXPORT_SHARD_BYTES) at a time to the host; ZeRO-3 first gathers the whole 16-bit state dict into rank 0's
+    host memory (engine._zero3_consolidated_16bit_state_dict), whose tensors the shards then reuse. Measured:
+    Qwen2.5-0.5B + 0.92 GiB (its W) at stages 1 and 3, Llama 3.2 1B LoRA's merged export + 2.05 GiB (one shard).
+    resume: every rank reads its checkpoint files whole (engine.load_checkpoint: torch.load with
+    map_location cpu), the module's file first, then its optimizer partition: at stage 0 one file holds both
+    (16-bit weights and the optimizer's fp32 master and Adam moments, 12 B per trainable parameter); ZeRO keeps
+    them apart (the larger of W and 12 Pn). It comes right after initialize, when a process holds
+    RSS_AT_ZERO3_INIT_BYTES (measured: resume - loaded = 1.52 GiB on Qwen2.5-0.5B stages 0-3). Offloaded optimizer
+    states are loaded into their pinned buffers: measured + W over training (Qwen2.5-0.5B 2-offload +1.30 GiB,
+    3-offload +1.28, 3-offload-all +1.26).
+    """
+    g, n = workload.gpus_per_node, workload.world_size
+    adapters = workload.method in ("lora", "qlora")
+    w = 4 if workload.precision == "fp32" else 2
+    weights16 = module_file
+    Pn = -(-P // n) if strategy.stage > 0 else P
+    if strategy.stage == 3 and not adapters:
+        export = W
+    elif adapters and strategy.stage < 3:
+        export = min(W, EXPORT_SHARD_BYTES)  # the merged model (lora/qlora below ZeRO-3), a shard at a time
+    else:
+        export = min(weights16, EXPORT_SHARD_BYTES)
+    states = 12 * P if strategy.stage == 0 else 12 * Pn  # fp32 master + Adam moments in the checkpoint
+    held = parts.process + parts.states  # between steps, outside the optimizer step's host transients
+    if strategy.offload_optimizer != "none":
+        resume = held + weights16
+    elif strategy.stage == 0:
+        resume = RSS_AT_ZERO3_INIT_BYTES + weights16 + states
+    else:
+        resume = RSS_AT_ZERO3_INIT_BYTES + max(weights16, states)
+    save = (held + staging) * (g - 1) + held + max(staging, module_file)
+    phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
+    if parts.defragment and strategy.offload_optimizer == "none":
+        # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)
+        phases = {"initialize": parts.defragment * g, **phases}
+    return phases
 
 
 def pinned_bytes(num_bytes: int) -> int:
@@ -609,9 +852,23 @@ def checkpoint_staging_bytes(spec: ModelSpec, strategy: Strategy, P: int, n: int
     return 4 * Pn
 
 
-def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
-                tensor_sizes: tuple[tuple[int, int], ...], precision: str) -> int:
-    """Returns host memory per node: one process per local GPU, plus the offloaded states of its partition.
+@dataclass(frozen=True)
+class HostParts:
+    """One rank's host memory, in bytes, by what holds it."""
+
+    process: int
+    """The training process itself (PROCESS_RSS_BYTES)."""
+    states: int
+    """Offloaded optimizer states, parameters and their pinned buffers, held from initialize to the end."""
+    step_transient: int
+    """Host buffers of the optimizer step only (a sub-group's 16-bit copy, fp16's overflow check)."""
+    defragment: int
+    """ZeRO-3's peak at initialize with parameters on the GPU (the partition copied through host memory)."""
+
+
+def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
+               precision: str) -> HostParts:
+    """Returns one rank's host memory by part: its process, plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
@@ -630,19 +887,27 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
     pinned allocation above, its size and rounding, and the step transients (bf16 1.86-1.89 GiB, fp16 3.45 GiB
     on Llama-3.2-1B, none in fp32) as counted here.
     """
-    per_rank = PROCESS_RSS_BYTES
+    states = transient = 0
     Pn = math.ceil(P / n)
     defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if strategy.stage == 3 and strategy.offload_param == "none" else 0
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
-            per_rank += 4 * Pn + sum(pinned_bytes(4 * g) for g in groups) + pinned_bytes(w * Pn) + 8 * Pn
+            states += 4 * Pn + sum(pinned_bytes(4 * g) for g in groups) + pinned_bytes(w * Pn) + 8 * Pn
             convert = w * max(groups) if w < 4 and strategy.offload_param == "none" else 0
             overflow_check = (w + 1) * Pn if precision == "fp16" else 0
-            per_rank += max(convert, overflow_check)
+            transient = max(convert, overflow_check)
         else:
-            per_rank += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn
+            states += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn
     if strategy.offload_param != "none":
         partitions = sum(pinned_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
-        per_rank += pinned_bytes(w * Pn) + partitions
-    return max(per_rank, defragment) * gpus_per_node
+        states += pinned_bytes(w * Pn) + partitions
+    return HostParts(PROCESS_RSS_BYTES, states, transient, defragment)
+
+
+def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
+                tensor_sizes: tuple[tuple[int, int], ...], precision: str) -> int:
+    """Returns host memory per node over loading, initialize and training: one process per local GPU, plus the
+    offloaded states of its partition (host_parts), or ZeRO-3's defragmentation at initialize if larger."""
+    parts = host_parts(strategy, P, n, w, tensor_sizes, precision)
+    return max(parts.process + parts.states + parts.step_transient, parts.defragment) * gpus_per_node

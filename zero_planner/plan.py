@@ -157,7 +157,13 @@ class PerGpuEstimate(_Model):
     buffers: int
     overhead: int
     peak_allocated: int
+    """The largest of `phases`: torch.cuda.max_memory_allocated() over the whole run."""
     total: int
+    phases: dict[str, int] = Field(default_factory=dict)
+    """Predicted peak allocated bytes of each phase of a run (memory.PHASES: load, initialize, resume, train,
+    eval, save, export); empty in plans written before phases were modelled (their peak was the train phase's)."""
+    binding_phase: str | None = None
+    """The phase whose peak is `peak_allocated`."""
 
 
 class CpuEstimate(_Model):

@@ -37,6 +37,7 @@ def build_run_report(
 ) -> dict[str, Any]:
     """Returns run_report.json's content: per-rank measured peaks next to the plan's predicted peak."""
     predicted = plan.estimate.per_gpu.peak_allocated
+    predicted_phases = plan.estimate.per_gpu.phases
     rows = []
     for r in sorted(ranks, key=lambda r: r["rank"]):
         rows.append(
@@ -45,9 +46,10 @@ def build_run_report(
                 "peak_allocated_bytes": r.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": r.get("peak_reserved_bytes"),
                 "host_rss_bytes": r.get("host_rss_bytes"),
-                "host_rss_marks": r.get("host_rss_marks"),
                 "predicted_peak_allocated_bytes": predicted,
                 "error_pct": error_pct(r.get("peak_allocated_bytes"), predicted),
+                "phases": phase_rows(r.get("phases") or {}, predicted_phases),
+                "step_peak_allocated_bytes": r.get("step_peak_allocated_bytes") or [],
             }
         )
     return {
@@ -70,6 +72,16 @@ def build_run_report(
         "predicted_total_bytes": plan.estimate.per_gpu.total,
         "versions": versions or {},
     }
+
+
+def phase_rows(measured: dict[str, dict[str, int]], predicted: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Returns each measured phase's peaks beside the plan's prediction for it (None where the plan has none)."""
+    rows = {}
+    for name, figures in measured.items():
+        guess = predicted.get(name)
+        rows[name] = {**figures, "predicted_peak_allocated_bytes": guess,
+                      "error_pct": error_pct(figures.get("peak_allocated_bytes"), guess)}  # fmt: skip
+    return rows
 
 
 def _chosen_tokens_per_second(plan: Plan) -> float | None:
@@ -109,6 +121,24 @@ def report_table(report: dict[str, Any]):
     if losses:
         caption.append(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     table.caption = " ".join(caption)
+    return table
+
+
+def phase_table(report: dict[str, Any]):
+    """Returns a rich Table of the busiest rank's peak per phase, measured vs predicted; None without phases."""
+    from rich.table import Table
+
+    ranks = [r for r in report["ranks"] if r.get("phases")]
+    if not ranks:
+        return None
+    busiest = max(ranks, key=lambda r: r.get("peak_allocated_bytes") or r.get("host_rss_bytes") or 0)
+    table = Table(title=f"memory per phase, rank {busiest['rank']}")
+    for name in ("phase", "peak allocated", "predicted", "error", "host RSS"):
+        table.add_column(name, justify="right")
+    for name, row in busiest["phases"].items():
+        err = row.get("error_pct")
+        table.add_row(name, gib(row.get("peak_allocated_bytes")), gib(row.get("predicted_peak_allocated_bytes")),
+                      "-" if err is None else f"{err:+.1f}%", gib(row.get("host_rss_peak_bytes")))  # fmt: skip
     return table
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from zero_planner import checkpoint as ckpt
 from zero_planner.errors import InputError
+from zero_planner.memory import EXPORT_SHARD_BYTES  # shards written one at a time (memory.host_phase_peaks counts one)
 from zero_planner.plan import Plan, load_plan
 from zero_planner.training_args import add_training_arguments, apply_training_args
 
@@ -192,7 +193,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
 
     from zero_planner import data as zdata
     from zero_planner.modeling import resolve_pretrained
-    from zero_planner.report import build_run_report, report_table
+    from zero_planner.report import build_run_report, phase_table, report_table
     from zero_planner.throughput import warmup_steps as timing_warmup_steps  # not the LR warm-up below
     from zero_planner.tokenizer import load_tokenizer
 
@@ -203,10 +204,16 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         why = qlora_unavailable_reason(_accelerator_is_cuda())
         if why:
             raise InputError(why)  # before the process group: every rank leaves at once
+    from zero_planner.meter import PhaseMeter, emulate_memory_limit
+
     stop = StopRequest()
     stop.install()
     ranks = Ranks()
     rank, world = ranks.rank, ranks.world_size
+    if ranks.on_cuda:
+        emulate_memory_limit(ranks.local_rank)  # benchmarks only (ZERO_RUN_MEMORY_LIMIT_BYTES): a smaller card
+    meter = PhaseMeter(ranks.on_cuda)
+    meter.enter("load")
     console = _console(rank)
     if world != plan.hardware.world_size:
         raise InputError(
@@ -253,24 +260,28 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     max_steps = run_length(max_steps, t.epochs, steps_per_epoch)
 
     torch.manual_seed(t.seed)
-    model, attn = _build_model(plan, ds_config, ranks, weights=weights, pad_token_id=pad_token_id,
-                               scratch_dir=output_dir)  # fmt: skip
-    _mark_rss("model_built")
-    peft = t.method in ("lora", "qlora")
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    warmup_steps = warmup_steps_for(t.warmup, max_steps)
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
-                                      lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
-    _mark_rss("initialized")
+    try:
+        model, attn = _build_model(plan, ds_config, ranks, weights=weights, pad_token_id=pad_token_id,
+                                   scratch_dir=output_dir)  # fmt: skip
+        peft = t.method in ("lora", "qlora")
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        warmup_steps = warmup_steps_for(t.warmup, max_steps)
+        meter.enter("initialize")
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
+                                          lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
+        del model  # the engine holds the module; no second name keeps it alive past an export that frees it
 
-    start_step, losses = 0, []
-    if resume:
-        start_step, losses = _resume(engine, ckpt_dir, ranks, console, world, peft=peft)
+        start_step, losses = 0, []
+        if resume:
+            meter.enter("resume")
+            start_step, losses = _resume(engine, ckpt_dir, ranks, console, world, peft=peft)
+    except torch.OutOfMemoryError as error:
+        _leave_out_of_memory(plan, output_dir, rank=rank, phase=meter.current or "load", step=0, error=error)
     if ranks.on_cuda:
         torch.cuda.synchronize()
-        # The contract measures peaks after deepspeed.initialize: drop init-time transients first.
+        # Init-time transients are returned to the device before training (the steps' peaks are their own).
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    meter.enter("train")
 
     loaded = f"pretrained from {source}{', partitioned while loading' if stage == 3 else ''}" if source else "random init"
     console.print(
@@ -331,6 +342,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 step += 1
                 losses.append(step_loss)
                 step_times.append(elapsed)
+                meter.step_done()
                 if step > start_step + warm or max_steps - start_step <= warm:
                     timed_s, timed_steps = timed_s + elapsed, timed_steps + 1
                 log_line = bool(t.log_every) and step % t.log_every == 0
@@ -347,30 +359,33 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 if eval_blocks is not None and not stopping and (
                     step == max_steps or (step % t.eval_every == 0 if t.eval_every else saving)
                 ):
+                    phase = "eval"
+                    meter.enter("eval")
                     eval_losses.append({"step": step, "loss": evaluate(engine, eval_blocks, ranks, micro)})
+                    meter.enter("train")
                     console.print(f"step {step}/{max_steps}  eval loss {eval_losses[-1]['loss']:.4f}")
                 if saving:
+                    phase = "save"
+                    meter.enter("save")
                     _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft)
+                    meter.enter("train")
                     console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
                 if stopping:
                     break
-    except torch.OutOfMemoryError as error:
-        record = record_oom(plan, output_dir, rank=rank, phase=phase, step=step + 1, error=error)
-        print(f"zero-run: {record['message']}", file=sys.stderr, flush=True)
-        # Peers may now wait forever in a collective; leave at once, the launcher stops them. Checkpoints
-        # already marked complete are untouched: nothing is written to them after their marker.
-        os._exit(EXIT_OOM)
 
-    interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
-    _mark_rss("before_export")
-    if not interrupted and step > start_step:
-        if peft:
-            _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
-            if ckpt.exports_merged_model(t.method, stage):
-                _export_merged(engine, output_dir / "final", ranks, tokenizer)
-        else:
-            _export(engine, output_dir / "final", ranks, tokenizer, stage)
-    stats = _rank_stats(rank, ranks.on_cuda)
+        interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
+        if not interrupted and step > start_step:
+            phase = "export"
+            meter.enter("export")
+            if peft:
+                _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
+                if ckpt.exports_merged_model(t.method, stage):
+                    _export_merged(engine, output_dir / "final", ranks, tokenizer)
+            else:
+                _export(engine, output_dir / "final", ranks, tokenizer, stage)
+    except torch.OutOfMemoryError as error:
+        _leave_out_of_memory(plan, output_dir, rank=rank, phase=phase, step=step + 1, error=error)
+    stats = _rank_stats(rank, ranks.on_cuda, meter)
     all_stats = ranks.gather(stats)
     if rank == 0:
         report = build_run_report(
@@ -390,12 +405,25 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                           "tokenizer": tokenizer.name, "init": plan.model.init, "load_path": source}  # fmt: skip
         ckpt.write_json_atomic(output_dir / "run_report.json", report)
         console.print(report_table(report))
+        phases = phase_table(report)
+        if phases is not None:
+            console.print(phases)
         if interrupted:
             console.print(f"zero-run: stopped at step {step}; continue with --resume")
     ranks.barrier()
     if interrupted:
         return 128 + int(stopping)  # the first signal any rank got
     return 0
+
+
+def _leave_out_of_memory(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int, error: BaseException) -> None:
+    """Records the OOM (oom_rank{N}.json, one line on stderr) and leaves at once with EXIT_OOM.
+
+    Peers may now wait forever in a collective; the launcher stops them. Checkpoints already marked complete
+    are untouched: nothing is written to them after their marker."""
+    record = record_oom(plan, output_dir, rank=rank, phase=phase, step=step, error=error)
+    print(f"zero-run: {record['message']}", file=sys.stderr, flush=True)
+    os._exit(EXIT_OOM)
 
 
 def record_oom(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int, error: BaseException) -> dict:
@@ -612,7 +640,6 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
     With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
     seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
     """
-    _mark_rss("before_first_save")
     tag_dir = ckpt_dir / ckpt.tag_for(step)
     if ranks.rank == 0:
         ckpt.clear_marker(tag_dir)
@@ -672,10 +699,6 @@ def _export_merged(engine, final_dir: Path, ranks: Ranks, tokenizer) -> None:
     ranks.barrier()
 
 
-EXPORT_SHARD_BYTES = 2 * 2**30
-"""Largest safetensors file of an exported model. Shards are copied to host memory and written one at a time,
-so the export holds about twice one shard in host memory (the CPU copies and safetensors' serialised bytes)
-rather than twice the whole model (a single-file export of an 8B model in bf16 would hold ~32 GB)."""
 
 
 def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
@@ -724,34 +747,22 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
     print(f"zero-run: final model in {final_dir}", flush=True)
 
 
-_RSS_MARKS: dict[str, int] = {}
-"""This rank's peak host RSS in bytes at the end of each phase (model built, engine initialised, the steps
-before the first checkpoint save): the peak is monotonic, so each mark bounds the phases up to it."""
+def _rank_stats(rank: int, on_cuda: bool, meter) -> dict[str, Any]:
+    """Returns this rank's measured peaks in bytes over the whole run, and per phase (`phases`: load,
+    initialize, resume, train, eval, save, export); device figures are None on CPU (no device allocator)."""
+    measured = meter.report()
+    phases = measured["phases"]
 
+    def largest(key: str) -> int | None:
+        values = [figures[key] for figures in phases.values() if key in figures]
+        return max(values) if values else None
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-def _mark_rss(phase: str) -> None:
-    """Records the peak host RSS so far under `phase`, once (the first time the phase ends)."""
-    _RSS_MARKS.setdefault(phase, _peak_rss_bytes())
-
-
-def _rank_stats(rank: int, on_cuda: bool) -> dict[str, Any]:
-    """Returns this rank's measured peaks in bytes (None on CPU, where there is no device allocator)."""
-    import torch
-
-    marks = {"host_rss_marks": dict(_RSS_MARKS)}
-    if not on_cuda:
-        return {"rank": rank, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
-                "host_rss_bytes": _peak_rss_bytes(), **marks}  # fmt: skip
     return {
         "rank": rank,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-        "host_rss_bytes": _peak_rss_bytes(),
-        **marks,
+        "peak_allocated_bytes": largest("peak_allocated_bytes") if on_cuda else None,
+        "peak_reserved_bytes": largest("peak_reserved_bytes") if on_cuda else None,
+        "host_rss_bytes": largest("host_rss_peak_bytes"),
+        **measured,
     }
 
 

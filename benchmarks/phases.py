@@ -1,0 +1,150 @@
+"""The phases suite: real zero-runs (and their resumes) of plans `zero-plan` writes, every phase measured.
+
+A run is more than its step (DESIGN.md): loading, deepspeed.initialize, the first and steady steps, eval,
+checkpoint save, the final export and a resume each have a peak. Each case here is a plan file made by zero-plan
+for a real GPU type (`--gpus 1xT4`, `1xRTX4090`, ...), run by benchmarks/phase_case.py under the harness: when
+the type is smaller than the machine's GPU, on an emulated card of that type (ZERO_RUN_MEMORY_LIMIT_BYTES: the
+allocator capped at its capacity less the CUDA context, and the free-memory queries of DeepSpeed and
+transformers answering for that card), several per GPU.
+
+    python benchmarks/phases.py --out suite.jsonl SETTING [SETTING ...]
+
+A SETTING is `model:gpu:seq[:key=value,...]`, keys: method (full|lora|qlora), precision, stage (one strategy,
+or `fits` for every candidate the planner calls fitting, the default), gc (on|off|auto), mb (micro-batch, or
+`pick`/`next`: the planner's pick or one above it), task, steps, resume (0|1), lora_r, save_steps.
+Examples:  qwen2.5-0.5b:H100:1024:stage=fits   llama3.2-3b:T4:1024:method=lora,mb=pick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from zero_planner.checkpoint import run_disk_bytes  # noqa: E402
+from zero_planner.hardware import parse_gpus  # noqa: E402
+from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+
+CONFIGS = ROOT / "benchmarks" / "model_configs"
+HARNESS_GPU_BYTES = {"H100": 85_017_493_504, "H200": 150_754_820_096}  # torch's total_memory on the lent GPUs
+
+
+def zero_plan(argv: list[str]) -> tuple[int, dict | None]:
+    """Runs zero-plan in this process with --json; returns (exit status, plan dict or None)."""
+    from zero_planner.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = main([*argv, "--json"])
+    text = out.getvalue().strip()
+    return rc, (json.loads(text) if text.startswith("{") else None)
+
+
+def parse_setting(text: str) -> dict:
+    model, gpu, seq, *rest = text.split(":")
+    options = dict(item.split("=", 1) for item in rest[0].split(",")) if rest and rest[0] else {}
+    return {"model": model, "gpu": gpu, "seq": int(seq), **options}
+
+
+def base_argv(s: dict, work_root: str) -> list[str]:
+    argv = ["--model", str(CONFIGS / f"{s['model']}.json"), "--gpus", f"1x{s['gpu']}", "--seq-len", str(s["seq"]),
+            "--init", "random", "--tokenizer", "bytes", "--eval-split", "0.05", "--save-steps", s.get("save_steps", "1000"),
+            "--method", s.get("method", "full"), "--task", s.get("task", "causal-lm"),
+]  # fmt: skip
+    if "precision" in s:
+        argv += ["--precision", s["precision"]]
+    if "lora_r" in s:
+        argv += ["--lora-r", s["lora_r"]]
+    if s.get("cpu_mem"):
+        argv += ["--cpu-mem", s["cpu_mem"]]
+    return argv
+
+
+def setting_cases(s: dict, *, harness_gpu: str, work_root: str = "/tmp") -> list[dict]:
+    """Returns the phase cases of one setting (see the module docstring)."""
+    argv = base_argv(s, work_root)
+    rc, listing = zero_plan(argv + (["--stage", s["stage"]] if s.get("stage", "fits") != "fits" else []))
+    if listing is None:
+        print(f"{s}: zero-plan gave no plan (exit {rc})", file=sys.stderr)
+        return []
+    wanted_gc = {"on": [True], "off": [False]}.get(s.get("gc", "auto"))
+    candidates = [c for c in listing["candidates"] if c["fits"] and (wanted_gc is None or c["gradient_checkpointing"] in wanted_gc)]
+    if s.get("stage", "fits") != "fits":
+        candidates = [c for c in candidates if c["strategy"]["name"] == s["stage"]]
+    if s.get("chosen") == "1":
+        candidates = [c for c in candidates if c.get("chosen")] or candidates[:1]
+    cases = []
+    seen = set()
+    for cand in candidates:
+        name = cand["strategy"]["name"]
+        gc = cand["gradient_checkpointing"]
+        mb = s.get("mb", "pick")
+        micro = cand["micro_batch_size"] + (mb == "next") if mb in ("pick", "next") else int(mb)
+        key = (name, gc, micro)
+        if key in seen:
+            continue
+        seen.add(key)
+        forced = argv + ["--stage", name, "--micro-batch", str(micro), "--grad-checkpointing" if gc else "--no-grad-checkpointing"]
+        rc, plan = zero_plan(forced)
+        if plan is None:
+            print(f"{s} {key}: no plan (exit {rc})", file=sys.stderr)
+            continue
+        cluster = parse_gpus(f"1x{s['gpu']}", 128 * GiB)
+        capacity = cluster.gpu.memory_bytes
+        emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
+        t, est = plan["training"], plan["estimate"]
+        method = t["method"]
+        adapters = method in ("lora", "qlora")
+        disk = run_disk_bytes(plan["model"]["params"], plan["model"]["trainable_params"], t["precision"],
+                              adapters=adapters, merged_export=adapters and plan["strategy"]["stage"] < 3)  # fmt: skip
+        case = {
+            "kind": "zero-run",
+            "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|phases",
+            "model": s["model"], "strategy": name, "precision": t["precision"], "method": method, "task": t["task"],
+            "micro_batch_size": micro, "seq_len": s["seq"], "gradient_checkpointing": gc, "num_gpus": 1,
+            "gradient_accumulation_steps": t["gradient_accumulation_steps"],
+            "model_config": plan["model"]["config"], "deepspeed_config": plan["deepspeed_config"],
+            "plan": plan, "max_steps": int(s.get("steps", 3)), "resume": s.get("resume", "1") == "1",
+            "work_root": work_root, "timeout_s": 420,
+            "planned": {
+                "role": mb, "gpu": s["gpu"], "gpu_capacity_bytes": capacity, "fits": cand["fits"],
+                "predicted_peak_allocated_bytes": est["per_gpu"]["peak_allocated"],
+                "predicted_phases": est["per_gpu"].get("phases", {}),
+                "predicted_host_bytes": est["cpu"]["total"], "disk_bytes": disk,
+            },
+        }  # fmt: skip
+        if adapters:
+            lora = t.get("lora") or {}
+            case.update(lora_r=lora.get("r", 16), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.05))
+        if emulated:
+            case["memory_limit_bytes"] = capacity - CUDA_CONTEXT_BYTES
+        cases.append(case)
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("settings", nargs="+", help="model:gpu:seq[:key=value,...]")
+    parser.add_argument("--out", type=Path, required=True, help="JSONL the cases are appended to")
+    parser.add_argument("--harness-gpu", default="H100", choices=sorted(HARNESS_GPU_BYTES))
+    args = parser.parse_args(argv)
+    cases = []
+    for text in args.settings:
+        found = setting_cases(parse_setting(text), harness_gpu=args.harness_gpu)
+        print(f"{text}: {len(found)} cases", file=sys.stderr)
+        cases += found
+    with args.out.open("a") as out:
+        for c in cases:
+            out.write(json.dumps(c) + "\n")
+    print(f"{len(cases)} cases -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
