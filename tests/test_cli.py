@@ -347,3 +347,25 @@ def test_ds_config_estimates_the_adapter_rank_asked_for(real_memory, capsys):
         assert plan["training"]["lora"]["r"] == int(r)
         trainable[r] = plan["model"]["trainable_params"]
     assert trainable["64"] == 4 * trainable["16"]  # all-linear adapters, no head: r x (in + out) per layer
+
+
+def test_loop_keeps_outputs_needs_a_config_of_ones_own(capsys):
+    rc = main(["--model", "gpt2", "--gpus", "1xT4", "--loop-keeps-outputs"])
+    assert rc == 2
+    assert "--loop-keeps-outputs describes your own training loop" in capsys.readouterr().err
+
+
+def test_ds_config_says_what_a_loop_keeping_outputs_adds(real_memory, tmp_path, capsys):
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True},
+                                  "train_micro_batch_size_per_gpu": 4}))  # fmt: skip
+    argv = ["--model", "meta-llama/Llama-3.2-1B", "--gpus", "1xA100-80GB", "--seq-len", "2048", "--ds-config",
+            str(config), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    loss_only = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--loop-keeps-outputs"]) == 0
+    outputs = json.loads(capsys.readouterr().out)
+    added = outputs["estimate"]["per_gpu"]["peak_allocated"] - loss_only["estimate"]["per_gpu"]["peak_allocated"]
+    assert added == 2 * 4 * 2048 * 128256  # its bf16 logits, held through backward
+    assert any("--loop-keeps-outputs" in note and "adds 2.0 GiB of logits and still fits" in note for note in loss_only["notes"])
+    assert any("keeps the model's outputs" in note for note in outputs["notes"])

@@ -42,7 +42,7 @@ class FakeMemory:
         self.host = host_gib or {}
         self.calls = []
 
-    def __call__(self, spec, strategy, workload: Workload, buffers=None, gpu_name=None) -> MemoryEstimate:
+    def __call__(self, spec, strategy, workload: Workload, buffers=None, gpu_name=None, gpu_memory_bytes=None) -> MemoryEstimate:
         self.calls.append((strategy.name, workload))
         act = self.per_sample * workload.micro_batch_size * workload.seq_len / 1024
         if workload.gradient_checkpointing:
@@ -227,7 +227,7 @@ def test_nothing_fits_suggests_host_memory_for_offload(fake):
 
 def test_nothing_fits_suggests_more_gpus(fake):
     # Stage 3 shards by world size in this fake: base 40 GiB / world.
-    def sharded(spec, strategy, workload, buffers=None, gpu_name=None):
+    def sharded(spec, strategy, workload, buffers=None, gpu_name=None, gpu_memory_bytes=None):
         total = int((40 / workload.world_size + 1) * GIB) if strategy.stage == 3 else 100 * GIB
         return MemoryEstimate(0, 0, 0, 0, 0, 0, total, total, GIB, ())
 

@@ -38,8 +38,10 @@ def _estimate(memory: MemoryEstimate) -> Estimate:
             overhead=memory.overhead_bytes,
             peak_allocated=memory.peak_allocated_bytes,
             total=memory.total_bytes,
+            phases=dict(memory.phase_peaks),
+            binding_phase=memory.binding_phase if memory.phase_peaks else None,
         ),
-        cpu=CpuEstimate(total=memory.cpu_total_bytes),
+        cpu=CpuEstimate(total=memory.cpu_total_bytes, phases=dict(memory.host_phase_peaks)),
     )
 
 

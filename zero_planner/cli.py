@@ -21,7 +21,7 @@ from pathlib import Path
 from zero_planner.errors import InputError, closest
 from zero_planner.hardware import GPU_SPEC_FORMS, parse_gpus
 from zero_planner.plan import Plan, plan_json, save_plan
-from zero_planner.training_args import add_training_arguments, apply_training_args, parsed_number, positive_int
+from zero_planner.training_args import add_training_arguments, apply_training_args, loads_weights, parsed_number, positive_int
 
 PROG = "zero-plan"
 DEFAULT_SEQ_LEN = 2048
@@ -165,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not choose: estimate this LLaMA-Factory train config (as --from-axolotl)",
     )
     parser.add_argument(
+        "--loop-keeps-outputs",
+        action="store_true",
+        help="with --ds-config/--from-*: your training loop holds the model's outputs through backward and the "
+        "step (outputs = model(**batch); backward(outputs.loss)), so their logits stay alive a step longer",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         default=None,
@@ -241,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
     if imported is not None:
         ds_config, args.seq_len = imported.ds_config, imported.seq_len
     spec = load_model_spec(args.model)
+    if args.loop_keeps_outputs and ds_config is None:
+        raise InputError("--loop-keeps-outputs describes your own training loop: give it with --ds-config or "
+                         "--from-axolotl/--from-llamafactory (zero-run's loop keeps only the loss)")  # fmt: skip
+    pretrained = loads_weights(spec, args.init)
     notes = []
     seq_len = args.seq_len
     if seq_len is None:
@@ -252,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
     if imported is not None:
         from zero_planner import importers
 
-        estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path)
+        estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
+                                      pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs)  # fmt: skip
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
         estimate = planner.estimate_config(
@@ -268,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
             plan_path=plan_path,
             lora=_lora_info(args),
             num_labels=args.num_labels,
+            pretrained=pretrained,
+            keeps_outputs=args.loop_keeps_outputs,
         )
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
@@ -287,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
             plan_path=plan_path,
             lora=_lora_info(args),
             num_labels=args.num_labels,
+            pretrained=pretrained,
         )
         result.notes[:0] = notes
         if result.plan is not None:

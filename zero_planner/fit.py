@@ -39,13 +39,26 @@ def host_limit_bytes(cpu_memory_bytes: int) -> int:
 def why_not(memory: MemoryEstimate, gpu_cap_bytes: int, host_cap_bytes: int) -> str | None:
     """Returns why `memory` does not fit under the per-GPU and per-node host caps (with the numbers), or None."""
     problems = []
-    if memory.total_bytes > gpu_cap_bytes:
-        problems.append(f"GPU: needs {_gib(memory.total_bytes)} > {_gib(gpu_cap_bytes)}")
+    # fit_total: a transient DeepSpeed only allocates when the card has room counts at its fallback (memory.py).
+    need = memory.fit_total_bytes or memory.total_bytes
+    if need > gpu_cap_bytes:
+        phase = "" if memory.binding_phase == "train" else f"{memory.binding_phase} "
+        problems.append(f"GPU: {phase}needs {_gib(need)} > {_gib(gpu_cap_bytes)}")
         if 0 < memory.floor_bytes <= gpu_cap_bytes:
             # Not planned: whether PyTorch can release enough of its cache in time was measured both ways.
-            problems.append(f"{_gib(memory.total_bytes - memory.floor_bytes)} of it is allocator cache; "
+            problems.append(f"{_gib(need - memory.floor_bytes)} of it is allocator cache; "
                             f"it might run, unplanned")  # fmt: skip
     if memory.cpu_total_bytes > host_cap_bytes:
-        problems.append(f"host: needs {_gib(memory.cpu_total_bytes)} > {_gib(host_cap_bytes)}")
+        phase = host_binding_phase(memory)
+        problems.append(f"host: {phase + ' ' if phase not in ('', 'train') else ''}needs "
+                        f"{_gib(memory.cpu_total_bytes)} > {_gib(host_cap_bytes)}")  # fmt: skip
     return "; ".join(problems) or None
+
+
+def host_binding_phase(memory: MemoryEstimate) -> str:
+    """Returns the phase whose host figure is cpu_total_bytes ("" when it is loading and training's)."""
+    for name, value in memory.host_phase_peaks.items():
+        if value == memory.cpu_total_bytes:
+            return name
+    return ""
 

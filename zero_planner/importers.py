@@ -410,7 +410,8 @@ def _yaml_key_names(tool: str) -> dict[str, str]:
             "train_batch_size": "per_device_train_batch_size x gradient_accumulation_steps x GPUs"}  # fmt: skip
 
 
-def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None, plan_path: str):
+def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None, plan_path: str,
+             pretrained: bool = False, keeps_outputs: bool = False):
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the YAML."""
     from zero_planner import planner
@@ -431,6 +432,8 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         model_name=model_name,
         plan_path=plan_path,
         lora=imported.lora,
+        pretrained=pretrained,
+        keeps_outputs=keeps_outputs,
     )
     source = f"{NAMES[imported.tool]} config {imported.path} (DeepSpeed JSON: {imported.ds_config_source})"
     est.plan.notes[:0] = [source, *imported.notes]

@@ -87,6 +87,10 @@ class Workload:
     pretrained: bool = False
     """The weights are read with from_pretrained (the model is built on the meta device first); False: built
     from the config and initialised randomly, which allocates a tied LM head before tying it (load phase)."""
+    keeps_outputs: bool = False
+    """The training loop holds the model's outputs through backward and step (`outputs = model(**batch);
+    engine.backward(outputs.loss)`, as DeepSpeed's and accelerate's examples write it): the 16-bit logits stay
+    alive one step longer than in zero-run and HF Trainer, which keep only the loss."""
 
 
 @dataclass(frozen=True)
@@ -534,8 +538,11 @@ def estimate_memory(
         logits = workload.micro_batch_size * workload.seq_len * spec.vocab_size
         hidden_grad = w * workload.micro_batch_size * workload.seq_len * spec.hidden_size
         bwd_act = max(bwd_act, act.saved_bytes - 4 * logits + hidden_grad + head_after_loss)
-    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act
-    step = params + optimizer + resident_grads + ws + step_transient
+    # A loop that keeps the model's outputs holds their logits (in the model's dtype) through backward and the step.
+    held = w * workload.micro_batch_size * workload.seq_len * spec.vocab_size if workload.keeps_outputs and \
+        workload.task == "causal-lm" else 0
+    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + held
+    step = params + optimizer + resident_grads + ws + step_transient + held
     train_peak = max(fwd, bwd, step)
     context = (CUDA_CONTEXT_BYTES if ws else 0) + (NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0)
     phases, guarded = run_phase_peaks(

@@ -168,7 +168,11 @@ class PerGpuEstimate(_Model):
 
 class CpuEstimate(_Model):
     total: int
-    """Host memory per node the run needs: offloaded states, pinned buffers, one process per GPU."""
+    """Host memory per node the run needs: offloaded states, pinned buffers, one process per GPU, at the largest
+    of its phases."""
+    phases: dict[str, int] = Field(default_factory=dict)
+    """Host memory per node of the phases that hold more than loading and training may: initialize (ZeRO-3),
+    train, save, export, resume (memory.host_phase_peaks); empty in older plans."""
 
 
 class Estimate(_Model):

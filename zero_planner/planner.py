@@ -146,8 +146,11 @@ class _Evaluator:
         margin: bool = True,
         lora: LoraInfo | None = None,
         num_labels: int = 2,
+        pretrained: bool = False,
+        keeps_outputs: bool = False,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
+        self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
         self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
         self.margin = margin
@@ -173,13 +176,16 @@ class _Evaluator:
             lora_r=self.lora.r,
             lora_dropout=self.lora.dropout,
             num_labels=self.num_labels,
+            pretrained=self.pretrained,
+            keeps_outputs=self.keeps_outputs,
         )
 
     def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
         key = (strategy, ckpt, micro, accum)
         if key not in self._cache:
             self._cache[key] = estimate_memory(
-                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name
+                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name,
+                gpu_memory_bytes=None if self.cluster.is_cpu else self.cluster.gpu.memory_bytes,
             )
         return self._cache[key]
 
@@ -187,7 +193,8 @@ class _Evaluator:
         return why_not(self.memory(strategy, ckpt, micro, accum), self.gpu_cap_bytes, self.host_cap_bytes)
 
     def like(
-        self, cluster: Cluster | None = None, seq_len: int | None = None, method: str | None = None
+        self, cluster: Cluster | None = None, seq_len: int | None = None, method: str | None = None,
+        keeps_outputs: bool | None = None,
     ) -> "_Evaluator":
         """Returns an evaluator for the same model and settings on another cluster, sequence length or method."""
         return _Evaluator(
@@ -201,6 +208,8 @@ class _Evaluator:
             margin=self.margin,
             lora=self.lora,
             num_labels=self.num_labels,
+            pretrained=self.pretrained,
+            keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
         )
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
@@ -342,13 +351,15 @@ def plan(
     plan_path: str = "plan.json",
     lora: LoraInfo | None = None,
     num_labels: int = 2,
+    pretrained: bool = False,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
 
     `micro_batch` None searches 1..MAX_MICRO_BATCH (capped at the per-GPU global batch); `grad_ckpt` None
     tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
-    host capacity instead of gpu_limit_bytes / host_limit_bytes. Raises InputError for bad values.
+    host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
+    randomly initialised LM head before tying). Raises InputError for bad values.
     """
     check_inputs(
         spec,
@@ -362,7 +373,8 @@ def plan(
     if method == "auto":
         return _plan_auto(spec, cluster, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
                           grad_ckpt=grad_ckpt, precision=precision, stage=stage, task=task, margin=margin,
-                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels)  # fmt: skip
+                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels,
+                          pretrained=pretrained)  # fmt: skip
     if method == "qlora" and cluster.is_cpu:
         raise InputError("--method qlora needs CUDA GPUs (bitsandbytes 4-bit); use --method lora with --gpus cpu:N")
     precision = resolve_precision(precision, cluster)
@@ -373,7 +385,7 @@ def plan(
     else:
         lora = None
     ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
-                    lora=lora, num_labels=num_labels)  # fmt: skip
+                    lora=lora, num_labels=num_labels, pretrained=pretrained)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:

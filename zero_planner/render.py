@@ -18,6 +18,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
+from zero_planner.fit import host_binding_phase
 from zero_planner.hardware import Cluster
 from zero_planner.plan import Plan
 
@@ -126,10 +127,12 @@ def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes:
             return f"fits, {slower:.0%} slower" if slower >= 0.005 else "fits, as fast"
         return "fits"
     memory, problems = option.memory, []
-    if memory.total_bytes > gpu_cap_bytes:
+    need = memory.fit_total_bytes or memory.total_bytes
+    if need > gpu_cap_bytes:
         cache = " (cache)" if 0 < memory.floor_bytes <= gpu_cap_bytes else ""
-        problems.append(f"GPU {memory.total_bytes / GIB:.1f}>{gpu_cap_bytes / GIB:.1f}{cache}")
-    if memory.cpu_total_bytes > host_cap_bytes:
+        phase = "" if memory.binding_phase == "train" else f" {PHASE_SHORT.get(memory.binding_phase, memory.binding_phase)}"
+        problems.append(f"GPU{phase} {need / GIB:.1f}>{gpu_cap_bytes / GIB:.1f}{cache}")
+    if memory.cpu_total_bytes > host_cap_bytes:  # its phase: --explain (the narrow column has no room)
         problems.append(f"host {memory.cpu_total_bytes / GIB:.0f}>{host_cap_bytes / GIB:.0f}")
     return "no: " + (", ".join(problems) if problems else option.reason)
 
@@ -213,6 +216,18 @@ def why_chosen(options, chosen) -> str:
     )
 
 
+PHASE_SHORT = {"initialize": "init"}
+"""Phase names as the narrow table's verdict column writes them."""
+
+
+def phases_text(memory) -> str:
+    """Returns the peak of every phase of a run in GiB, the binding one named, and the host's binding phase."""
+    peaks = ", ".join(f"{name} {gib(value)}" for name, value in memory.phase_peaks.items())
+    host = host_binding_phase(memory)
+    host_text = f"; host binds in {host}" if host not in ("", "train") else ""
+    return f"phases (peak allocated): {peaks}; binds: {memory.binding_phase}{host_text}"
+
+
 def explain(console, options, chosen) -> None:
     """Prints every candidate's reason in full and its memory breakdown (--explain)."""
     console.print()
@@ -231,6 +246,8 @@ def explain(console, options, chosen) -> None:
             + (f"; {tokens_text(option)} tokens/s" if option.fits else "")
         )
         say(console, breakdown, indent="      ")
+        if m.phase_peaks:
+            say(console, phases_text(m), indent="      ", hang="        ")
 
 
 def print_plan_result(console, result, *, spec_name: str, method: str = "full", wide: bool = False,
@@ -309,9 +326,12 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
     say(console, f"  batch: micro-batch {t.micro_batch_size} x accumulation {t.gradient_accumulation_steps} x "
         f"{world} {'GPU' if world == 1 else 'GPUs'} = {t.micro_batch_size * t.gradient_accumulation_steps * world} "
         f"sequences of {t.seq_len} tokens per step", hang="    ")  # fmt: skip
+    where = f" in {per_gpu.binding_phase}" if per_gpu.binding_phase not in (None, "train") else ""
+    host_phase = next((k for k, v in plan.estimate.cpu.phases.items() if v == plan.estimate.cpu.total), "")
+    host_where = f" (in {host_phase})" if host_phase not in ("", "train") else ""
     say(console, f"  per GPU: total {gib(per_gpu.total)} of {gib(plan.hardware.gpu_memory_bytes)} GiB (peak allocated "
-        f"{gib(per_gpu.peak_allocated)} GiB); host {gib(plan.estimate.cpu.total)} of "
-        f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node", hang="    ")  # fmt: skip
+        f"{gib(per_gpu.peak_allocated)} GiB{where}); host {gib(plan.estimate.cpu.total)} of "
+        f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node{host_where}", hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
         from zero_planner.throughput import MEDIAN_ERROR

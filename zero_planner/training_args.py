@@ -191,6 +191,13 @@ def _check_eval_split(value: str, dataset: str) -> None:
         raise InputError(f"--eval-split {value!r} names a split, but the synthetic dataset has none; use a share (0.05)")
 
 
+def loads_weights(spec, init: str | None) -> bool:
+    """Returns whether zero-run will read pretrained weights for `spec` (the default wherever weights can exist;
+    set_init decides it for the plan the same way), so the memory model counts loading as from_pretrained does."""
+    source = spec.weights_path or (spec.hub_id if spec.source in ("hub", "catalog") else None)
+    return (init or ("pretrained" if source is not None else "random")) == "pretrained" and source is not None
+
+
 def set_init(plan: Plan, init: str | None) -> list[str]:
     """Sets model.init, load_path and load_sharded: pretrained by default wherever weights can exist (a hub
     id, a catalog name, a folder with weights), random when asked or when only a config exists. Returns notes."""

@@ -149,6 +149,24 @@ def _concrete(
     return out
 
 
+def _loop_note(ev, strategy: Strategy, ckpt: bool, micro: int, accum: int, memory, cluster: Cluster,
+               keeps_outputs: bool) -> str:
+    """Returns the note on the training loop: what holding the model's outputs through backward adds (the 16-bit
+    logits, micro-batch x sequence x vocabulary), and whether the config then still fits."""
+    other = ev.like(keeps_outputs=not keeps_outputs).memory(strategy, ckpt, micro, accum)
+    with_outputs, without = (memory, other) if keeps_outputs else (other, memory)
+    extra = with_outputs.total_bytes - without.total_bytes
+    fits_with = with_outputs.total_bytes <= cluster.gpu.memory_bytes
+    if keeps_outputs:
+        return (f"estimated for a loop that keeps the model's outputs through backward and the step (+{_gib(extra)} "
+                f"of logits over one that keeps only the loss, as zero-run and HF Trainer do)")  # fmt: skip
+    verdict = "" if without.total_bytes > cluster.gpu.memory_bytes else " and still fits" if fits_with else \
+        " and would not fit"
+    return (f"estimated for a loop that keeps only the loss (zero-run, HF Trainer); one that holds the model's outputs "
+            f"through backward (outputs = model(**batch); backward(outputs.loss)) adds {_gib(extra)} of logits"
+            f"{verdict}: --loop-keeps-outputs")  # fmt: skip
+
+
 def estimate_config(
     spec: ModelSpec,
     cluster: Cluster,
@@ -163,11 +181,15 @@ def estimate_config(
     plan_path: str = "plan.json",
     lora: LoraInfo | None = None,
     num_labels: int = 2,
+    pretrained: bool = False,
+    keeps_outputs: bool = False,
 ) -> ConfigEstimate:
     """Returns the estimate of exactly this DeepSpeed JSON: micro-batch, accumulation, stage, offload, precision
     and bucket sizes come from it (`micro_batch` only where it says "auto"); fit is judged without the safety
     margin. Gradient checkpointing is the model's switch, not DeepSpeed's: `grad_ckpt` says it; `lora` (rank,
-    dropout) and `num_labels` size adapters and a seq-cls head as in `plan`. Raises InputError.
+    dropout) and `num_labels` size adapters and a seq-cls head as in `plan`; `pretrained` as in `plan`;
+    `keeps_outputs`: the user's loop holds the model's outputs (their 16-bit logits) through backward and step.
+    Raises InputError.
     """
     from zero_planner.planner import Option, _Evaluator  # the search's evaluator; the planner imports this module
 
@@ -206,7 +228,8 @@ def estimate_config(
     if method in ADAPTER_METHODS:
         lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
-                    margin=False, lora=lora, num_labels=num_labels)  # fmt: skip
+                    margin=False, lora=lora, num_labels=num_labels, pretrained=pretrained,
+                    keeps_outputs=keeps_outputs)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
@@ -227,6 +250,8 @@ def estimate_config(
             f"assumes PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF} (zero-run sets it); with PyTorch's default allocator "
             f"plan on up to {_gib(memory.fragmented_total_bytes)} per GPU for its fragmented cache"
         )
+    if task == "causal-lm":
+        notes.append(_loop_note(ev, strategy, grad_ckpt, micro, accum, memory, cluster, keeps_outputs))
     if "optimizer" not in ds_config:
         notes.append("the JSON names no optimizer (the trainer brings its own); estimated and run with DeepSpeed's "
                      "AdamW, whose two fp32 moments are what torch's AdamW keeps too")
