@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-done", type=Path, default=None, help="JSONL of results whose ids to skip")
     parser.add_argument("--shard", default=None, help="i/n: run every n-th case starting at i")
     parser.add_argument("--prestart", type=int, default=2, help="cases started ahead (imports done, GPU untouched)")
+    parser.add_argument("--reserve-gib", type=float, default=0, help="GPU memory left to other work on each GPU")
     args = parser.parse_args(argv)
     if not (args.suite or args.cases):
         parser.error("give --suite or --cases")
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(queue)} cases on GPUs {gpus} ({prov['gpu']})", flush=True)
 
     t0 = time.time()
-    budget = {g: torch.cuda.get_device_properties(g).total_memory - 2**30 for g in gpus}
+    budget = {g: torch.cuda.get_device_properties(g).total_memory - 2**30 - int(args.reserve_gib * 2**30) for g in gpus}
     free = dict(budget)
     host_free = host_budget_bytes()
     disk_free = disk_budget_bytes()

@@ -138,11 +138,17 @@ def main() -> None:
                 if on_cuda:
                     torch.cuda.reset_peak_memory_stats()
                 if phase == "forward":
-                    loss = engine(**batch).loss
+                    # keep_outputs: the loop DeepSpeed's and accelerate's examples write, which holds the model's
+                    # outputs (their logits) through backward and the step; the reference step keeps the loss only.
+                    outputs = engine(**batch)
+                    loss = outputs.loss
+                    if not case.get("keep_outputs"):
+                        del outputs
                 elif phase == "backward":
                     engine.backward(loss)
                 else:
                     engine.step()
+                    outputs = None
                 if on_cuda:
                     torch.cuda.synchronize()
                     record["phases"].append({"step": step, "phase": phase, **device_stats()})

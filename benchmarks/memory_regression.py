@@ -75,7 +75,12 @@ def predict(row: dict, specs: dict) -> tuple:
     spec = specs[key]
     workload = workload_of(row, spec)
     buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
-    estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers, row["provenance"]["gpu"].replace("NVIDIA ", ""))
+    # DeepSpeed decides some buffers by the free memory it sees: zero-run cases answer it for the emulated card;
+    # gpu_step cases ran capped allocators on a whole GPU, whose free memory DeepSpeed saw.
+    capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES if case.get("kind") == "zero-run" and \
+        case.get("memory_limit_bytes") else None
+    estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers,
+                               row["provenance"]["gpu"].replace("NVIDIA ", ""), capacity)  # fmt: skip
     return spec, estimate
 
 
@@ -97,7 +102,9 @@ def workload_of(row: dict, spec) -> Workload:
         lora_r=case.get("lora_r", 16),
         lora_dropout=case.get("lora_dropout", 0.05),
         num_labels=case.get("num_labels", 2),
-        expandable_segments=case.get("alloc_conf") == ALLOC_CONF,
+        expandable_segments=case.get("alloc_conf") == ALLOC_CONF or case.get("kind") == "zero-run",
+        keeps_outputs=bool(case.get("keep_outputs")),
+        pretrained=(case.get("plan") or {}).get("model", {}).get("init") == "pretrained",
     )
 
 

@@ -11,7 +11,9 @@ transformers answering for that card), several per GPU.
 
 A SETTING is `model:gpu:seq[:key=value,...]`, keys: method (full|lora|qlora), precision, stage (one strategy,
 or `fits` for every candidate the planner calls fitting, the default), gc (on|off|auto), mb (micro-batch, or
-`pick`/`next`: the planner's pick or one above it), task, steps, resume (0|1), lora_r, save_steps.
+`pick`/`next`: the planner's pick or one above it), task, steps, resume (0|1), lora_r, save_steps (0: no checkpoint),
+cpu_mem, chosen (1: only the planner's choice), ds (a DeepSpeed JSON under benchmarks/user_configs/ or a path,
+estimated with --ds-config at micro-batch mb: a user's JSON as written).
 Examples:  qwen2.5-0.5b:H100:1024:stage=fits   llama3.2-3b:T4:1024:method=lora,mb=pick
 """
 
@@ -35,15 +37,17 @@ CONFIGS = ROOT / "benchmarks" / "model_configs"
 HARNESS_GPU_BYTES = {"H100": 85_017_493_504, "H200": 150_754_820_096}  # torch's total_memory on the lent GPUs
 
 
-def zero_plan(argv: list[str]) -> tuple[int, dict | None]:
-    """Runs zero-plan in this process with --json; returns (exit status, plan dict or None)."""
+def zero_plan(argv: list[str]) -> tuple[int, dict | None, dict | None]:
+    """Runs zero-plan in this process with --json; returns (exit status, the plan or None when nothing fits, the
+    JSON printed: a plan, or every candidate with what would fit)."""
     from zero_planner.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main([*argv, "--json"])
     text = out.getvalue().strip()
-    return rc, (json.loads(text) if text.startswith("{") else None)
+    data = json.loads(text) if text.startswith("{") else None
+    return rc, (data if rc == 0 else None), data
 
 
 def parse_setting(text: str) -> dict:
@@ -66,10 +70,28 @@ def base_argv(s: dict, work_root: str) -> list[str]:
     return argv
 
 
+def ds_config_path(name: str) -> str:
+    path = Path(name)
+    return str(path if path.exists() else ROOT / "benchmarks" / "user_configs" / f"{name}.json")
+
+
 def setting_cases(s: dict, *, harness_gpu: str, work_root: str = "/tmp") -> list[dict]:
     """Returns the phase cases of one setting (see the module docstring)."""
     argv = base_argv(s, work_root)
-    rc, listing = zero_plan(argv + (["--stage", s["stage"]] if s.get("stage", "fits") != "fits" else []))
+    if s.get("ds"):
+        # A user's JSON as written: --ds-config estimates it (DeepSpeed's defaults for what it leaves out) and the
+        # plan it writes is what zero-run runs.
+        forced = argv + ["--ds-config", ds_config_path(s["ds"]), "--micro-batch", s.get("mb", "1"),
+                         "--grad-checkpointing" if s.get("gc") == "on" else "--no-grad-checkpointing"]  # fmt: skip
+        rc, plan, answer = zero_plan(forced)
+        plan = plan or (answer or {}).get("plan")  # a JSON that does not fit still runs: as the user would
+        if plan is None:
+            print(f"{s}: --ds-config gave no plan (exit {rc})", file=sys.stderr)
+            return []
+        cand = dict(plan["candidates"][0], chosen=True)
+        return [_case(s, plan, cand, int(s.get("mb", "1")), cand["gradient_checkpointing"], harness_gpu, work_root,
+                      tag=f"ds-{Path(s['ds']).stem}")]  # fmt: skip
+    rc, _, listing = zero_plan(argv + (["--stage", s["stage"]] if s.get("stage", "fits") != "fits" else []))
     if listing is None:
         print(f"{s}: zero-plan gave no plan (exit {rc})", file=sys.stderr)
         return []
@@ -91,41 +113,70 @@ def setting_cases(s: dict, *, harness_gpu: str, work_root: str = "/tmp") -> list
             continue
         seen.add(key)
         forced = argv + ["--stage", name, "--micro-batch", str(micro), "--grad-checkpointing" if gc else "--no-grad-checkpointing"]
-        rc, plan = zero_plan(forced)
+        rc, plan, _ = zero_plan(forced)
         if plan is None:
-            print(f"{s} {key}: no plan (exit {rc})", file=sys.stderr)
-            continue
-        cluster = parse_gpus(f"1x{s['gpu']}", 128 * GiB)
-        capacity = cluster.gpu.memory_bytes
-        emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
-        t, est = plan["training"], plan["estimate"]
-        method = t["method"]
-        adapters = method in ("lora", "qlora")
-        disk = run_disk_bytes(plan["model"]["params"], plan["model"]["trainable_params"], t["precision"],
-                              adapters=adapters, merged_export=adapters and plan["strategy"]["stage"] < 3)  # fmt: skip
-        case = {
-            "kind": "zero-run",
-            "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|phases",
-            "model": s["model"], "strategy": name, "precision": t["precision"], "method": method, "task": t["task"],
-            "micro_batch_size": micro, "seq_len": s["seq"], "gradient_checkpointing": gc, "num_gpus": 1,
-            "gradient_accumulation_steps": t["gradient_accumulation_steps"],
-            "model_config": plan["model"]["config"], "deepspeed_config": plan["deepspeed_config"],
-            "plan": plan, "max_steps": int(s.get("steps", 3)), "resume": s.get("resume", "1") == "1",
-            "work_root": work_root, "timeout_s": 420,
-            "planned": {
-                "role": mb, "gpu": s["gpu"], "gpu_capacity_bytes": capacity, "fits": cand["fits"],
-                "predicted_peak_allocated_bytes": est["per_gpu"]["peak_allocated"],
-                "predicted_phases": est["per_gpu"].get("phases", {}),
-                "predicted_host_bytes": est["cpu"]["total"], "disk_bytes": disk,
-            },
-        }  # fmt: skip
-        if adapters:
-            lora = t.get("lora") or {}
-            case.update(lora_r=lora.get("r", 16), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.05))
-        if emulated:
-            case["memory_limit_bytes"] = capacity - CUDA_CONTEXT_BYTES
-        cases.append(case)
+            # A next-up that does not fit writes no plan: take the pick's plan at the larger micro-batch.
+            rc, plan, _ = zero_plan(argv + ["--stage", name, "--micro-batch", str(micro - 1),
+                                         "--grad-checkpointing" if gc else "--no-grad-checkpointing"])  # fmt: skip
+            if plan is None:
+                print(f"{s} {key}: no plan (exit {rc})", file=sys.stderr)
+                continue
+            plan = with_micro_batch(plan, micro)
+        cases.append(_case(s, plan, cand, micro, gc, harness_gpu, work_root, tag=mb))
     return cases
+
+
+def with_micro_batch(plan: dict, micro: int) -> dict:
+    """Returns the plan at another micro-batch (the DeepSpeed JSON's batch sizes with it), as a user would run
+    one micro-batch above what zero-plan picked; its estimate stays the pick's (the regression re-estimates)."""
+    plan = json.loads(json.dumps(plan))
+    plan["training"]["micro_batch_size"] = micro
+    ds = plan["deepspeed_config"]
+    accum = ds.get("gradient_accumulation_steps", 1)
+    ds["train_micro_batch_size_per_gpu"] = micro
+    ds["train_batch_size"] = micro * accum * plan["hardware"]["gpus_per_node"] * plan["hardware"]["nodes"]
+    return plan
+
+
+def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: str, work_root: str, *,
+          tag: str) -> dict:
+    """Returns one harness case (kind zero-run) for `plan`."""
+    name = plan["strategy"]["name"]
+    cluster = parse_gpus(f"1x{s['gpu']}", 128 * GiB)
+    capacity = cluster.gpu.memory_bytes
+    emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
+    t, est = plan["training"], plan["estimate"]
+    method = t["method"]
+    adapters = method in ("lora", "qlora")
+    disk = run_disk_bytes(plan["model"]["params"], plan["model"]["trainable_params"], t["precision"],
+                          adapters=adapters, merged_export=adapters and plan["strategy"]["stage"] < 3,
+                          checkpoints=t.get("save_every", 25) > 0)  # fmt: skip
+    if method == "qlora" and plan["model"].get("init") == "random":
+        disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (launch.preflight)
+    case = {
+        "kind": "zero-run",
+        "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|{tag}",
+        "model": s["model"], "strategy": name, "precision": t["precision"], "method": method, "task": t["task"],
+        "micro_batch_size": micro, "seq_len": s["seq"], "gradient_checkpointing": gc, "num_gpus": 1,
+        "gradient_accumulation_steps": t["gradient_accumulation_steps"],
+        "model_config": plan["model"]["config"], "deepspeed_config": plan["deepspeed_config"],
+        "plan": plan, "max_steps": int(s.get("steps", 3)), "resume": s.get("resume", "1") == "1",
+        "work_root": work_root, "timeout_s": 420,
+        "planned": {
+            "role": tag, "gpu": s["gpu"], "gpu_capacity_bytes": capacity, "fits": cand["fits"] and tag != "next",
+            "predicted_peak_allocated_bytes": est["per_gpu"]["peak_allocated"],
+            "predicted_phases": est["per_gpu"].get("phases", {}),
+            "predicted_host_bytes": est["cpu"]["total"], "disk_bytes": disk,
+        },
+    }  # fmt: skip
+    if adapters:
+        lora = t.get("lora") or {}
+        case.update(lora_r=lora.get("r", 16), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.05))
+    if emulated:
+        case["memory_limit_bytes"] = capacity - CUDA_CONTEXT_BYTES
+    if s.get("ds"):
+        case["user_config"] = Path(s["ds"]).name
+    return case
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ def exports_merged_model(method: str, stage: int) -> bool:
 
 
 def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *, adapters: bool = False,
-                   merged_export: bool = False) -> int:  # fmt: skip
+                   merged_export: bool = False, checkpoints: bool = True) -> int:  # fmt: skip
     """Returns the disk a run needs at most: KEEP_CHECKPOINTS + 1 being written, plus the exported model.
 
     adapters: a LoRA/QLoRA run, whose checkpoints leave the frozen base out and whose export is the adapter,
@@ -64,7 +64,7 @@ def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *
     one = checkpoint_bytes(num_params, num_trainable_params, precision, frozen_excluded=adapters)
     w = WEIGHT_BYTES[precision]
     export = num_trainable_params * w + (num_params * w if merged_export else 0) if adapters else num_params * w
-    return (KEEP_CHECKPOINTS + 1) * one + export
+    return (KEEP_CHECKPOINTS + 1 if checkpoints else 0) * one + export
 
 
 def manifest(tag_dir: Path) -> dict[str, int]:

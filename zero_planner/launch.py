@@ -275,7 +275,11 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
     adapters = plan.training.method in ("lora", "qlora")
     merged = exports_merged_model(plan.training.method, plan.strategy.stage)
     disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision,
-                          adapters=adapters, merged_export=merged)  # fmt: skip
+                          adapters=adapters, merged_export=merged, checkpoints=plan.training.save_every > 0)  # fmt: skip
+    if plan.training.method == "qlora" and plan.model.init == "random":
+        # QLoRA quantises while from_pretrained reads: a config-only model is first written as a random 16-bit
+        # base under the output folder (modeling.build_qlora_base), as large as the model in 16 bits.
+        disk += 2 * plan.model.params
     if machine.disk_free_bytes < disk:
         problems.append(
             f"checkpoints and the final model need about {disk / gib:.1f} GiB under {output_dir!r}; "

@@ -355,7 +355,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 if log_line:
                     console.print(f"step {step}/{max_steps}  {info}")
                 stopping = ranks.any(stop.signum)
-                saving = step % t.save_every == 0 or step == max_steps or stopping
+                # save_every 0: no checkpoints but on a stop (so an interrupted run can resume); the export stays.
+                saving = (t.save_every > 0 and (step % t.save_every == 0 or step == max_steps)) or stopping
                 if eval_blocks is not None and not stopping and (
                     step == max_steps or (step % t.eval_every == 0 if t.eval_every else saving)
                 ):

@@ -116,8 +116,8 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, run: bool = False
     if not run:  # zero-run has its own --max-steps (DESIGN.md)
         group.add_argument("--max-steps", type=_non_negative_int, default=None, metavar="N",
                            help="optimizer steps (default 50; 0 with --epochs: no cap)")  # fmt: skip
-    group.add_argument("--save-steps", type=positive_int, default=None, metavar="N",
-                       help="optimizer steps between checkpoints (default 25)")  # fmt: skip
+    group.add_argument("--save-steps", type=_non_negative_int, default=None, metavar="N",
+                       help="optimizer steps between checkpoints (default 25; 0: none, only the final export)")  # fmt: skip
     group.add_argument("--seed", type=_non_negative_int, default=None, metavar="N", help="data order and init seed")
 
 
