@@ -225,6 +225,8 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
     """Returns (model, attn) through modeling.build_training_model, the builder zero-run trains with: the base
     (4-bit NF4 for qlora, from a random base cached per machine; seq-cls head for seq-cls) wrapped in peft
     all-linear adapters for lora/qlora, in training mode."""
+    import torch
+
     from zero_planner.modeling import attn_implementation_for, build_training_model
 
     method, task = case.get("method", "full"), case.get("task", "causal-lm")
@@ -235,6 +237,9 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
         config = dict(case["model_config"], **({"num_labels": num_labels} if num_labels is not None else {}))
         attn = attn or attn_implementation_for(config, task)
         weights = random_base(config, case["precision"], task, attn, device)
+        if torch.cuda.is_available():
+            # Building the base (once per machine) is not part of the case: its peak must not be in after_init.
+            torch.cuda.reset_peak_memory_stats()
     lora = None
     if method in ("lora", "qlora"):
         lora = {"r": case["lora_r"], "alpha": case["lora_alpha"], "dropout": case["lora_dropout"],

@@ -51,6 +51,9 @@ def read_run(output_dir: Path, rc: int) -> dict:
         run["status"] = "ok"
     else:
         run["status"] = "error"
+    if run["status"] != "ok":  # why, for the results file (the harness's folder is gone afterwards)
+        log = output_dir.parent / f"{output_dir.name}.log"
+        run["log_tail"] = log.read_text()[-3000:] if log.exists() else None
     if report_path.exists():
         report = json.loads(report_path.read_text())
         busiest = max(report["ranks"], key=lambda r: r.get("peak_allocated_bytes") or 0)
@@ -81,7 +84,7 @@ def main() -> None:
         env["ZERO_RUN_MEMORY_LIMIT_BYTES"] = str(case["memory_limit_bytes"])
     if case.get("gpus"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, case["gpus"]))
-    log = out_dir / "log.txt"
+    log = work.parent / f"{work.name}.log"  # read_run keeps its tail when a run fails
     steps = case.get("max_steps", 3)
     record: dict = {"rank": 0, "status": "ok", "runs": {}}
     started = time.time()
@@ -96,6 +99,9 @@ def main() -> None:
             record["runs"]["resume"] = read_run(work, rc)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if log.exists():
+            shutil.copy(log, out_dir / "log.txt")
+            log.unlink()
     statuses = [run["status"] for run in record["runs"].values()]
     record["status"] = "oom" if "oom" in statuses else "error" if "error" in statuses else "ok"
     record["oom_phase"] = next((r.get("oom_phase") for r in record["runs"].values() if r["status"] == "oom"), None)

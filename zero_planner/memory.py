@@ -594,15 +594,24 @@ def estimate_memory(
     if off_param and adapters:
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
     staging = checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
-    # The module's own file (rank 0): DeepSpeed copies its whole state dict to host memory before torch.save
-    # (checkpoint/utils.py clone_tensors_for_torch_save). An adapter run's leaves frozen tensors out by name
-    # (engine.module_state_dict: exclude_frozen_parameters over named_parameters()), which lists a tied LM head
-    # once, under the embedding: `lm_head.weight` stays and is saved (Llama 3.2 1B LoRA: save +0.5 GiB RSS, and
-    # its resume reads it back).
-    module_file = w * P if adapters else W
-    if adapters and spec.tie_word_embeddings and workload.task == "causal-lm":
-        module_file += w * spec.vocab_size * spec.hidden_size
-    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=staging, module_file=module_file, W=W, P=P)
+    # The module's own checkpoint file (rank 0). torch.save copies it to the host a storage at a time, so a save
+    # holds its largest storage: below ZeRO-3 the trainable weights are views of one flat 16-bit buffer
+    # (FP16_Optimizer, stage_1_and_2.py bit16_groups_flat), the whole W; fp32 at stage 0 keeps separate tensors
+    # (the largest: the embedding). Measured save RSS: Qwen2.5-0.5B 2-offload + W, fp32 stage 0 + 0.36 GiB. A
+    # resume reads the file whole. An adapter run leaves frozen tensors out by name (engine.module_state_dict:
+    # exclude_frozen_parameters over named_parameters()), which lists a tied LM head once, under the embedding:
+    # below ZeRO-3 `lm_head.weight` stays in the file (Llama 3.2 1B LoRA: save +0.5 GiB RSS, resume reads it back).
+    tied_in_file = adapters and spec.tie_word_embeddings and workload.task == "causal-lm" and stage < 3
+    head16 = w * spec.vocab_size * spec.hidden_size
+    module_file = (w * P + (head16 if tied_in_file else 0)) if adapters else (0 if stage == 3 else W)
+    if adapters:
+        module_storage = max(w * P if stage < 3 else 0, head16 if tied_in_file else 0)
+    elif stage == 0 and not mixed:
+        module_storage = w * spec.largest_tensor_numel
+    else:
+        module_storage = module_file
+    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=max(staging, module_storage),
+                                   module_file=module_file, W=W, P=P)  # fmt: skip
     buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
     return MemoryEstimate(
         params_bytes=params,
@@ -655,12 +664,24 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     partition = W // n if stage == 3 and not off_param else (0 if stage == 3 else W)
 
     # load: the model as built, before deepspeed.initialize.
-    if stage < 3:
+    cast_peak = 0
+    if workload.method == "qlora":
+        # bitsandbytes quantises each linear weight as from_pretrained reads it (the 4-bit model, W). Below ZeRO-3
+        # peft's prepare_model_for_kbit_training then upcasts every weight it did not quantise (embedding,
+        # norms, a seq-cls head) to fp32, each while its 16-bit original is still held, and deepspeed.initialize
+        # casts them back (engine._cast_module_mixed_precision). Census (benchmarks/phase_census.py, Llama 3.2 1B,
+        # H100): at the load peak the fp32 embedding (0.98 GiB), the 16-bit one being read (0.49) and the 4-bit
+        # linear weights. Under ZeRO-3 nothing is upcast (modeling.build_qlora_base): W and one 16-bit weight read.
+        linear = _linear(spec)["numel"]
+        kept = task_params(spec, workload) - linear  # the weights left in 16 bits
+        if stage < 3:
+            load = math.ceil(NF4_BYTES_PER_PARAM * linear) + 4 * kept + w * spec.largest_tensor_numel
+            cast_peak = load
+        else:
+            load = W + w * spec.largest_tensor_numel
+            cast_peak = load  # initialize partitions the model it finds whole on the GPU (not built under zero.Init)
+    elif stage < 3:
         load = W + head
-        if workload.method == "qlora":
-            # bitsandbytes quantises each linear weight as from_pretrained reads it: one 16-bit weight at a time
-            # on top of the stored (4-bit) model.
-            load = W + w * _linear(spec)["largest_numel"]
     else:
         # zero.Init partitions each tensor as it is made; the model's weights are then initialised (random init:
         # modeling._init_partitioned_weights) or loaded (from_pretrained) one module at a time, gathered whole.
@@ -698,13 +719,17 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # gradient buffer of the largest sub-group (4 x group, freed); last the flat gradient partition (w Pn).
         # At the end one parameter is gathered whole: measured w x the largest tensor above the resident
         # partitions on every stage-3 case (Llama 3.2 3B 8Pn + 0.73 GiB, Phi-3 8Pn + 0.18, Gemma 2 8Pn + 1.10;
-        # with parameters offloaded, twice the embedding: the gathered weight and its partition brought up).
-        end_gather = largest + (largest_part if off_param else 0)
+        # with parameters offloaded, twice the embedding: the gathered weight and its partition brought up). It is
+        # a trainable one: none of the frozen base under LoRA (Llama 3.2 1B LoRA: the resident figure, measured).
+        trainable_largest = w * workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters else largest
+        end_gather = trainable_largest + (-(-trainable_largest // n) if off_param else 0)
         if off_opt:
             initialize = partition + ipg + end_gather
         else:
             group = sub_group_numel(spec, P, n, sub_group_size)
             initialize = partition + 4 * Pn + max(4 * group, w * Pn + ipg + end_gather)
+
+    initialize = max(initialize, cast_peak)
 
     # resume: engine.load_checkpoint, after initialize. FP16_Optimizer's torch optimizer loads Adam's moments into
     # new tensors while the ones made at initialize are still held (+8P; measured 22 B/param in all at stage 0:
@@ -723,9 +748,11 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     at_loss = (10 if mixed else 8) * logits + 2 * w * tokens * spec.hidden_size
     eval_ = resident + ws + gathered + min(at_loss, forward_activations)
 
-    # save: DeepSpeed's checkpoint copies each tensor to host memory (checkpoint/utils.py
-    # clone_tensors_for_torch_save, torch.save): nothing more on the GPU (measured: resident + workspaces).
-    save = resident + ws
+    # save: DeepSpeed's checkpoint copies each tensor to the host (torch.save, a storage at a time): nothing more on
+    # the GPU (measured: resident + workspaces), except what ZeRO-3 still holds gathered from the eval forward
+    # before it (its live-parameter window; census: a save alone holds none, zero-run's after eval all of W with
+    # parameters offloaded).
+    save = resident + ws + gathered
 
     # export: stages 0-2 hand the state dict's tensors to the host a shard at a time (train._write_hf_folder);
     # ZeRO-3 gathers each module whole (engine._zero3_consolidated_16bit_state_dict), the largest one at a time
@@ -734,7 +761,7 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     export = resident + ws
     if stage == 3 and not adapters:
         export += largest + (largest_part if off_param else 0)
-    elif adapters and stage < 3:
+    elif workload.method == "lora" and stage < 3:  # QLoRA's 4-bit base is not merged (checkpoint.py)
         export += 2 * w * _linear(spec)["largest_numel"]
     phases = {"load": load, "initialize": initialize, "resume": resume, "train": train_peak, "eval": eval_,
               "save": save, "export": export}  # fmt: skip
@@ -773,9 +800,9 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
 
     parts: one rank's process and offloaded states (host_parts); staging: what one rank holds at once while it
     saves a checkpoint
-    (checkpoint_staging_bytes); module_file: the bytes of the module's checkpoint file; W: the weights' stored
-    bytes; P: trainable parameters. save: every rank stages its own optimizer state at once, rank 0 the module's
-    state dict too (the larger of the two at a time: measured Qwen2.5-0.5B 2-offload + its W, stage 1 + 4P). Measured per phase with zero-run (benchmarks/phases.py,
+    (checkpoint_staging_bytes, or the module file's largest storage if larger); module_file: the bytes of the
+    module's checkpoint file, read whole on resume; W: the weights' stored bytes; P: trainable parameters.
+    save: every rank stages its own optimizer state at once (rank 0 the module's file, a storage at a time). Measured per phase with zero-run (benchmarks/phases.py,
     RSS peak per phase, Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B LoRA; H100, 2026-11-25).
     export: rank 0 writes while the others wait at their training baseline. Stages 0-2 copy one shard
     (<= EXPORT_SHARD_BYTES) at a time to the host; ZeRO-3 first gathers the whole 16-bit state dict into rank 0's
@@ -793,22 +820,23 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     adapters = workload.method in ("lora", "qlora")
     w = 4 if workload.precision == "fp32" else 2
     weights16 = module_file
+    adapter16 = w * P  # an adapter run exports its adapter (and the merged model, below)
     Pn = -(-P // n) if strategy.stage > 0 else P
     if strategy.stage == 3 and not adapters:
         export = W
-    elif adapters and strategy.stage < 3:
-        export = min(W, EXPORT_SHARD_BYTES)  # the merged model (lora/qlora below ZeRO-3), a shard at a time
+    elif workload.method == "lora" and strategy.stage < 3:
+        export = min(W, EXPORT_SHARD_BYTES)  # the merged model (LoRA below ZeRO-3), a shard at a time
     else:
-        export = min(weights16, EXPORT_SHARD_BYTES)
+        export = min(adapter16 if adapters else W, EXPORT_SHARD_BYTES)
     states = 12 * P if strategy.stage == 0 else 12 * Pn  # fp32 master + Adam moments in the checkpoint
     held = parts.process + parts.states  # between steps, outside the optimizer step's host transients
     if strategy.offload_optimizer != "none":
-        resume = held + weights16
+        resume = held + (adapter16 if adapters else W)
     elif strategy.stage == 0:
         resume = RSS_AT_ZERO3_INIT_BYTES + weights16 + states
     else:
         resume = RSS_AT_ZERO3_INIT_BYTES + max(weights16, states)
-    save = (held + staging) * (g - 1) + held + max(staging, module_file)
+    save = (held + staging) * g
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
     if parts.defragment and strategy.offload_optimizer == "none":
         # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)

@@ -377,10 +377,18 @@ def build_qlora_base(
 
         source = os.path.join(scratch_dir or tempfile.gettempdir(), f"qlora-random-base-{socket.gethostname()}")
         if local_rank == 0:
-            model, _ = build_model(config_dict, precision=precision, device="cpu",
-                                   attn_implementation=attn_implementation, task=task)  # fmt: skip
-            save_random_base(model, source)
-            del model
+            # The other local ranks wait at the barrier, so this one may use the node's cores: the launcher sets
+            # OMP_NUM_THREADS=1, and a 1B model's random init then took over 2 minutes on one core (H100 host).
+            threads = torch.get_num_threads()
+            torch.set_num_threads(max(threads, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                      else os.cpu_count() or 1))  # fmt: skip
+            try:
+                model, _ = build_model(config_dict, precision=precision, device="cpu",
+                                       attn_implementation=attn_implementation, task=task)  # fmt: skip
+                save_random_base(model, source)
+                del model
+            finally:
+                torch.set_num_threads(threads)
         if dist.is_initialized():
             dist.barrier()
     # No HfDeepSpeedConfig under ZeRO-3: with one alive, transformers refuses device_map ("DeepSpeed Zero-3 is
