@@ -301,9 +301,9 @@ def _option(
 T = TypeVar("T")
 
 SPEED_TIE = 0.005
-"""Candidates within this fraction of the fastest one's modelled tokens/s are a tie (the step-time model's median
-error is 7%, benchmarks/throughput_check.py): the simpler strategy wins, then no checkpointing, then the larger
-micro-batch. Without it a 0.1% edge chose ZeRO-2 offload at 14.0 of 14.1 GiB over ZeRO-1 at 10.9 GiB."""
+"""Candidates within this fraction of the fastest one's modelled tokens/s are a tie (far inside the step-time
+model's error, catalog/step_time.json and benchmarks/throughput_check.py): the simpler strategy wins, then no
+checkpointing, then the larger micro-batch. Without it a 0.1% edge chose ZeRO-2 offload at 14.0 of 14.1 GiB over ZeRO-1 at 10.9 GiB."""
 
 
 def _rank_key(option: Option) -> tuple:

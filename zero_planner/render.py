@@ -173,11 +173,13 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
 
 
 def model_error_text() -> str:
-    """Returns the step-time model's expected error, as measured on the committed H100 cases."""
-    from zero_planner.throughput import MEDIAN_ERROR, REFERENCE_GPU
+    """Returns the step-time model's stated error: its median (and largest) error on architecture families left
+    out of its fit (catalog/step_time.json, benchmarks/throughput_check.py)."""
+    from zero_planner.throughput import load_calibration
 
-    return (f"tokens/s: step-time model, ±{MEDIAN_ERROR:.0%} (median error on the committed {REFERENCE_GPU} "
-            f"cases; other GPUs scaled from their catalog peaks)")
+    cal = load_calibration()
+    return (f"tokens/s: step-time model, ±{cal.median_error:.0%} (median error on architectures left out of its "
+            f"fit, up to {cal.max_error:.0%}; fitted on {cal.reference_gpu}, other GPUs scaled from their catalog peaks)")
 
 
 def tokens_text(option) -> str:
@@ -314,10 +316,12 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node", hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
-        from zero_planner.throughput import MEDIAN_ERROR
+        from zero_planner.throughput import load_calibration
 
-        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{MEDIAN_ERROR:.0%} median "
-            f"error on measured H100 runs; not a measurement)", hang="    ")  # fmt: skip
+        cal = load_calibration()
+        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{cal.median_error:.0%} "
+            f"median error on architectures left out of its fit, up to {cal.max_error:.0%}; not a measurement)",
+            hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
     if written:
