@@ -192,7 +192,7 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     predicted (their hosts' CPU Adam rates are fitted on their own offload cases, held-out family excluded)."""
     from benchmarks.throughput_fit import features, fit, predict
 
-    rows = [features(c) for c in cases if c.method == "full"]
+    rows = [features(c, base) for c in cases if c.method == "full"]
     full = fit(rows, base)
 
     def error(row, result) -> float:

@@ -224,7 +224,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "cpu_adam_params_per_s_per_node",
-                 "stage3_offload_copy_bytes_per_s"):  # fmt: skip
+                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
         data[name] = getattr(cal, name)
     data["error"] = error
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -236,9 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
     parser.add_argument("--write", action="store_true", help="store the constants and errors in catalog/step_time.json")
+    parser.add_argument("--kernels", type=Path, default=None,
+                        help="benchmarks/kernel_rates.py's JSON: take grouped_gemm_fraction from it (measured, not fitted)")
     args = parser.parse_args(argv)
-    cases = [features(c) for c in measured_cases(args.min_tokens) if c.method == "full"]
-    result = fit(cases)
+    base = load_calibration()
+    if args.kernels:
+        measured = json.loads(args.kernels.read_text()).get("grouped_gemm_fraction")
+        if measured:
+            base = replace(base, grouped_gemm_fraction=float(measured))
+    cases = [features(c, base) for c in measured_cases(args.min_tokens) if c.method == "full"]
+    result = fit(cases, base)
     cal = result.calibration
     ref = [c for c in cases if c.gpu == cal.reference_gpu]
     print(f"fitted on {len(ref)} {cal.reference_gpu} cases (>= {args.min_tokens} tokens per micro-step):")

@@ -237,11 +237,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the following argument is required: --model (or --from-axolotl/--from-llamafactory "
                          "with a base model in the YAML)")  # fmt: skip
     cluster = parse_gpus(args.gpus, args.cpu_mem)
+    calibration, host_note = _host_calibration(args)
     ds_config = planner.read_ds_config(args.ds_config) if args.ds_config else None
     if imported is not None:
         ds_config, args.seq_len = imported.ds_config, imported.seq_len
     spec = load_model_spec(args.model)
-    notes = []
+    notes = [host_note] if host_note else []
     seq_len = args.seq_len
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
@@ -268,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
             plan_path=plan_path,
             lora=_lora_info(args),
             num_labels=args.num_labels,
+            calibration=calibration,
         )
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
@@ -287,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
             plan_path=plan_path,
             lora=_lora_info(args),
             num_labels=args.num_labels,
+            calibration=calibration,
         )
         result.notes[:0] = notes
         if result.plan is not None:
@@ -328,6 +331,27 @@ def run(args: argparse.Namespace) -> int:
     if fits and args.probe is not None:
         return probe.zero_plan(args, written[0])
     return EXIT_FITS if fits else EXIT_NOTHING_FITS
+
+
+def _host_calibration(args: argparse.Namespace):
+    """Returns (step-time calibration, note) for this plan: with --gpus auto, the committed constants with this
+    machine's CPU Adam rate (measured once in a child process and cached: zero_planner/host_rates.py; the
+    measurement is announced on stderr); otherwise (None, None): the catalog's rate, the H100 host's."""
+    if args.gpus.strip().lower() != "auto":
+        return None, None
+    from zero_planner import host_rates
+    from zero_planner.throughput import load_calibration
+
+    cal = load_calibration()
+    rate = host_rates.cpu_adam_rate(say=lambda text: print(f"{PROG}: {text}", file=sys.stderr, flush=True))
+    if rate is None:
+        return None, (f"CPU Adam rate of this machine not measured (DeepSpeed's CPU op unavailable, or "
+                      f"{host_rates.MEASURE_ENV}=0): offload steps use the catalog's {cal.cpu_adam_params_per_s_per_node:.3g} "
+                      f"parameters/s ({cal.reference_gpu} host)")  # fmt: skip
+    note = (f"CPU Adam on this machine: {rate.cpu_adam_params_per_s:.3g} parameters/s (measured {rate.date}, "
+            f"{rate.cores} cores, cached), used for offload steps; the catalog's {cal.reference_gpu} host: "
+            f"{cal.cpu_adam_params_per_s_per_node:.3g}")  # fmt: skip
+    return cal.with_cpu_adam(rate.cpu_adam_params_per_s), note
 
 
 def _imported(args: argparse.Namespace):

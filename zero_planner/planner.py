@@ -63,7 +63,7 @@ from zero_planner.reference_configs import (
     write_ds_configs,
 )
 from zero_planner.strategies import STRATEGIES, Strategy
-from zero_planner.throughput import StepTime, estimate_step_time
+from zero_planner.throughput import Calibration, StepTime, estimate_step_time
 from zero_planner.userconfig import (
     ConfigEstimate,
     config_precision,
@@ -146,8 +146,10 @@ class _Evaluator:
         margin: bool = True,
         lora: LoraInfo | None = None,
         num_labels: int = 2,
+        calibration: Calibration | None = None,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
+        self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
         self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
         self.margin = margin
@@ -201,10 +203,12 @@ class _Evaluator:
             margin=self.margin,
             lora=self.lora,
             num_labels=self.num_labels,
+            calibration=self.calibration,
         )
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
-        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum))
+        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
+                                  self.calibration)
 
 
 def largest_fitting(fits: Callable[[int], bool], cap: int) -> int:
@@ -342,13 +346,16 @@ def plan(
     plan_path: str = "plan.json",
     lora: LoraInfo | None = None,
     num_labels: int = 2,
+    calibration: Calibration | None = None,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
 
     `micro_batch` None searches 1..MAX_MICRO_BATCH (capped at the per-GPU global batch); `grad_ckpt` None
     tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
-    host capacity instead of gpu_limit_bytes / host_limit_bytes. Raises InputError for bad values.
+    host capacity instead of gpu_limit_bytes / host_limit_bytes. `calibration`: the step-time constants (None:
+    the committed ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). Raises
+    InputError for bad values.
     """
     check_inputs(
         spec,
@@ -362,7 +369,8 @@ def plan(
     if method == "auto":
         return _plan_auto(spec, cluster, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
                           grad_ckpt=grad_ckpt, precision=precision, stage=stage, task=task, margin=margin,
-                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels)  # fmt: skip
+                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels,
+                          calibration=calibration)  # fmt: skip
     if method == "qlora" and cluster.is_cpu:
         raise InputError("--method qlora needs CUDA GPUs (bitsandbytes 4-bit); use --method lora with --gpus cpu:N")
     precision = resolve_precision(precision, cluster)
@@ -373,7 +381,7 @@ def plan(
     else:
         lora = None
     ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
-                    lora=lora, num_labels=num_labels)  # fmt: skip
+                    lora=lora, num_labels=num_labels, calibration=calibration)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:

@@ -163,11 +163,13 @@ def estimate_config(
     plan_path: str = "plan.json",
     lora: LoraInfo | None = None,
     num_labels: int = 2,
+    calibration: Any = None,
 ) -> ConfigEstimate:
     """Returns the estimate of exactly this DeepSpeed JSON: micro-batch, accumulation, stage, offload, precision
     and bucket sizes come from it (`micro_batch` only where it says "auto"); fit is judged without the safety
     margin. Gradient checkpointing is the model's switch, not DeepSpeed's: `grad_ckpt` says it; `lora` (rank,
-    dropout) and `num_labels` size adapters and a seq-cls head as in `plan`. Raises InputError.
+    dropout) and `num_labels` size adapters and a seq-cls head as in `plan`; `calibration` the step-time constants
+    as in `plan`. Raises InputError.
     """
     from zero_planner.planner import Option, _Evaluator  # the search's evaluator; the planner imports this module
 
@@ -206,7 +208,7 @@ def estimate_config(
     if method in ADAPTER_METHODS:
         lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
-                    margin=False, lora=lora, num_labels=num_labels)  # fmt: skip
+                    margin=False, lora=lora, num_labels=num_labels, calibration=calibration)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
