@@ -8,7 +8,7 @@ the model's constants from the same cases. Exit status 1 when the errors stored 
 (catalog/step_time.json, stated beside every predicted tokens/s) differ from the ones computed here by more
 than half a point: the stated error must be today's (refresh: `python benchmarks/throughput_fit.py --write`).
 
-    python benchmarks/throughput_check.py [--min-tokens 4096] [--cases-only]
+    python benchmarks/throughput_check.py [--min-tokens 4096]
 """
 
 from __future__ import annotations
@@ -173,6 +173,9 @@ def error_table(cases: list[MeasuredCase], title: str) -> None:
         print(f"  {'all':14s} {len(everything):3d}  median |error| {statistics.median(abs_all):.0%}, max {max(abs_all):.0%}")
 
 
+STATED_MIN_TOKENS = 4096
+"""The cases the stated error is computed over: micro-steps of at least this many tokens (shorter ones, 0.1-0.2 s
+steps of 2,048 tokens, vary by 30% between identical runs)."""
 STATED_ERROR_TOLERANCE = 0.005
 """How far the errors stored in catalog/step_time.json may be from the recomputed ones before the check fails."""
 
@@ -244,7 +247,7 @@ def check_stated(computed: dict) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
+    parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
     args = parser.parse_args(argv)
     cases = measured_cases(args.min_tokens, host_shared=True)
     print(f"{'case':64s} {'TFLOP/s':>8s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}")
@@ -261,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         error_table(shared, "the same, host shared with another harness (indicative, not in the figures above)")
     computed = validate([c for c in cases if not c.host_shared])
     plan_quality(cases)
+    if args.min_tokens != STATED_MIN_TOKENS:
+        print(f"\n(the stated error is over micro-steps of >= {STATED_MIN_TOKENS} tokens: not compared here)")
+        return 0
     return 0 if check_stated(computed) else 1
 
 

@@ -12,7 +12,8 @@ cases of the reference GPU (H100):
   3. offload: CPU Adam parameters/s, per host (least squares on relative error, 1 and 2 fixed): a property of
      the machine, so each host's offload runs give its own rate (the committed runs name no CPU model; each
      GPU kind was lent on its own host type, so the GPU name stands for the host until gpu_harness.py
-     records `cpu_model`). The reference host's rate is the catalog default.
+     records `cpu_model`). The reference host's rate is the catalog default. Likewise the ZeRO-3 hook time
+     per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches).
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
@@ -26,7 +27,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -180,16 +181,31 @@ def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
 
 @dataclass(frozen=True)
 class Fit:
-    """A calibration fitted on some cases, and the CPU Adam rate of every host that had offload cases."""
+    """A calibration fitted on some cases, and the host rates of every host whose runs could show them: CPU
+    Adam where it had offload runs, the ZeRO-3 hook time per fetch where it had host-bound stage-3 runs."""
 
     calibration: Calibration
     host_cpu_adam: dict[str, float]
+    host_stage3: dict[str, float] = field(default_factory=dict)
 
     def for_case(self, c: Features) -> Calibration:
-        """Returns the calibration to predict `c` with: the fitted one, with its host's CPU Adam rate where
-        this fit saw offload runs of that host (otherwise the reference host's)."""
+        """Returns the calibration to predict `c` with: the fitted one, with its host's rates where this fit saw
+        runs of that host that show them (otherwise the reference host's)."""
+        cal = self.calibration
         rate = self.host_cpu_adam.get(c.host)
-        return self.calibration.with_cpu_adam(rate, "fitted") if rate else self.calibration
+        if rate:
+            cal = cal.with_cpu_adam(rate, "fitted")
+        if c.host in self.host_stage3:
+            cal = replace(cal, stage3_seconds_per_fetch=self.host_stage3[c.host])
+        return cal
+
+
+def host_bound(c: Features, cal: Calibration) -> bool:
+    """Returns whether a stage-3 case's micro-step is set by the host's hooks at `cal` (fetches x seconds per
+    fetch above half the GPU's work): only such cases show the host's per-fetch time."""
+    trial = replace(cal, stage3_seconds_per_fetch=0.0, cpu_adam_params_per_s_per_node=float("inf"))
+    gpu = predict(c, trial) - cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction - c.pcie_s
+    return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu
 
 
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
@@ -202,14 +218,19 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
         raise ValueError("no physical fit of stages 0-2 on these cases")
     cal = fit_stage3([c for c in ref if c.strategy == "3"], dense)
     rates: dict[str, float] = {}
+    stage3: dict[str, float] = {}
+    reference_host = next((c.host for c in ref), None)
     for host in sorted({c.host for c in cases}):
+        if host != reference_host:
+            bound = [c for c in cases if c.host == host and c.strategy == "3" and host_bound(c, cal)]
+            if bound:
+                stage3[host] = fit_stage3(bound, cal).stage3_seconds_per_fetch
         rate = fit_cpu_adam([c for c in cases if c.host == host and "offload" in c.strategy], cal)
         if rate:
             rates[host] = rate
-    reference_host = next((c.host for c in ref), None)
     if reference_host in rates:
         cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
-    return Fit(cal, rates)
+    return Fit(cal, rates, stage3)
 
 
 def summary(errors: list[float]) -> str:
@@ -256,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
     for host, rate in result.host_cpu_adam.items():
         print(f"  CPU Adam             {rate:.3g} params/s per node on the {host} host")
+    for host, seconds in result.host_stage3.items():
+        print(f"  stage 3 on {host:8s} {seconds * 1e3:.2f} ms host time per fetched tensor")
     print("\nstep time predicted / measured - 1 with these constants (tokens/s error is about the same, sign flipped):")
     for label, subset in (("stages 0-2", [c for c in ref if c.strategy in ("0", "1", "2")]),
                           ("stage 3", [c for c in ref if c.strategy == "3"]),
