@@ -4,20 +4,21 @@ Calibrated on measured single-GPU steps (benchmarks/results/*.jsonl; the fit is 
 the comparison and its leave-one-family-out validation benchmarks/throughput_check.py). One micro-step on one
 GPU is
 
-    gpu_s   = weight-matmul FLOPs / achieved matmul rate  +  attention FLOPs / achieved attention rate
-            + bytes that kernels move through device memory / achieved HBM rate
+    gpu_s   = sum over GEMM shapes of max(FLOPs / achieved matmul rate, operand bytes / achieved HBM rate)
+            + attention FLOPs / achieved attention rate
+            + bytes of the memory-bound kernels / achieved HBM rate
     micro_s = gpu_s                                  (stages 0-2)
             = max(gpu_s, fetches * stage3_seconds_per_fetch)   (stage 3: the host-side hook work per fetched
                                                        parameter, which the GPU hides when its work is longer)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
-collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The bytes are
-counted from the kernels the Hugging Face model runs: elementwise kernels (norms, rotary, activations,
-residual adds, the loss), the operands every GEMM reads and writes (activations in, activations out, the
-weight: what makes small matrices and small experts run below the matmul rate), and a mixture of experts'
-routing and token permutation (router softmax and top-k, sorts, gathers and scatter-adds). The achieved
+collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
+from the kernels the Hugging Face model runs: each GEMM's FLOPs and the bytes of its two inputs and output
+(gemms: the roofline makes narrow matrices and small experts run below the matmul rate), elementwise kernels
+(norms, rotary, activations, residual adds, the loss), a mixture of experts' routing and token permutation
+(router softmax and top-k, the sort, gathers and scatter-adds) and sliding-window mask biases. The achieved
 rates are fractions of the GPU's catalog peaks, measured on one GPU (Calibration, catalog/step_time.json);
-the host's CPU Adam rate is the catalog's unless measured on the machine (models/host_rates.py, `--gpus
+the host's CPU Adam rate is the catalog's unless measured on the machine (host_rates.py, `--gpus
 auto`). Pure: numbers in, numbers out; no torch.
 """
 
@@ -30,7 +31,7 @@ from importlib import resources
 
 from zero_planner.dsconfig import bucket_sizes
 from zero_planner.hardware import GPU
-from zero_planner.memory import Workload, _linear, sdpa_masked_layers, trainable_params, weight_bytes
+from zero_planner.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.models.spec import ModelSpec
 from zero_planner.strategies import Strategy
 
@@ -80,7 +81,7 @@ class Calibration:
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
     FLOPs. 1.0 where not measured: grouped GEMMs at the dense rate, their size penalty from the roofline alone."""
     cpu_adam_source: str = "catalog"
-    """`catalog` (the reference host's fitted rate) or `measured` (this machine, models/host_rates.py)."""
+    """`catalog` (the reference host's fitted rate) or `measured` (this machine, host_rates.py)."""
     median_error: float = 0.0
     """Median |predicted/measured - 1| of tokens/s, each case predicted by a fit that left its architecture
     family out (benchmarks/throughput_check.py): the error stated beside every predicted tokens/s."""
@@ -353,7 +354,7 @@ def moe_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the bytes one micro-step's mixture-of-experts routing and token permutation move (0 for dense
     models): the router's softmax and top-k over all experts, the sort of the routed copies by expert, the
     gathers into expert order and back, the routing-weight multiply and the k-way sum, forward, backward and the
-    recomputed forward. The experts' matmuls are GEMMs (gemm_operand_bytes)."""
+    recomputed forward. The experts' matmuls are GEMMs (gemms)."""
     if spec.num_experts <= 1:
         return 0.0
     tokens = workload.micro_batch_size * workload.seq_len
