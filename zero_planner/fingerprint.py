@@ -41,7 +41,7 @@ def data_digest(dataset: str) -> str:
     spec itself for the synthetic set and hub names."""
     from zero_planner.data import resolve_files
 
-    files = resolve_files(dataset)
+    files = None if dataset == "synthetic" else resolve_files(dataset)
     if files is None:
         return f"name:{dataset}"
     digest = hashlib.sha256()
@@ -83,8 +83,8 @@ def first_difference(records: list[dict[str, Any]], dataset: str) -> str | None:
             return f"{where(r)}: {r['error']}"
     for r in ordered[1:]:
         if r["plan"] != ref["plan"]:
-            return (f"{where(r)} trains another plan than {where(ref)} (digest {r['plan']} vs {ref['plan']}): give "
-                    f"every node the same plan file and the same zero-run options (only --output-dir may differ)")  # fmt: skip
+            return (f"{where(r)} trains another plan than {where(ref)} (digest {r['plan']} vs {ref['plan']}): "
+                    "give every node the same plan file and the same zero-run options (only --output-dir may differ)")
     for r in ordered[1:]:
         if r["data"] is not None and ref["data"] is not None and r["data"] != ref["data"]:
             return (f"{where(r)} reads other data than {where(ref)} for dataset {dataset!r} (digest {r['data']} vs "

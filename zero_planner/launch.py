@@ -364,8 +364,8 @@ def check_rendezvous(node_rank: int, addr: str, port: int, *, wait_s: float = MA
             waited = True
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     if last == "refused":
-        return (f"node 0's rendezvous {addr}:{port} refused connections for {wait_s:.0f} s: start node 0 (--node-rank 0) "
-                f"with the same --master-port, or wait longer (--master-wait)")  # fmt: skip
+        return (f"node 0's rendezvous {addr}:{port} refused connections for {wait_s:.0f} s: start node 0 "
+                "(--node-rank 0) with the same --master-port, or wait longer (--master-wait)")
     return (f"node 0's rendezvous {addr}:{port} did not answer within {wait_s:.0f} s ({last}): is --master-addr node "
             f"0's address, reachable from this node, with port {port} open in its firewall?")  # fmt: skip
 
@@ -422,15 +422,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master-addr", help="address of the first node (default: the hostfile's first host)")
     parser.add_argument("--master-port", type=positive_int, help="rendezvous port (default: a free one on one node, "
                         f"{DEFAULT_MASTER_PORT} with --node-rank, from the job id with --slurm)")  # fmt: skip
-    parser.add_argument("--node-rank", type=_node_rank, metavar="N", help="start this node's ranks only, as node N "
-                        "(0..nodes-1) of the plan; run it on every node, all with the same --master-addr (node 0's)")  # fmt: skip
+    parser.add_argument(
+        "--node-rank", type=_node_rank, metavar="N",
+        help="start this node's ranks only, as node N (0..nodes-1); run it on every node with node 0's --master-addr",
+    )  # fmt: skip
     parser.add_argument("--master-wait", type=positive_int, metavar="SECONDS", help="with --node-rank above 0: how "
                         f"long to wait for node 0's rendezvous (default {MASTER_WAIT_S})")  # fmt: skip
-    parser.add_argument("--slurm", action="store_true", help=f"write OUTPUT_DIR/{slurm.SCRIPT_NAME}, an sbatch script "
-                        "whose srun starts this command with --node-rank on every node (--dry-run prints it)")  # fmt: skip
+    parser.add_argument(
+        "--slurm", action="store_true",
+        help=f"write OUTPUT_DIR/{slurm.SCRIPT_NAME}: sbatch script whose srun runs this with --node-rank on every node",
+    )  # fmt: skip
     parser.add_argument("--submit", action="store_true", help="with --slurm: submit the script with sbatch")
-    parser.add_argument("--slurm-option", action="append", metavar="OPTION", help="with --slurm: an #SBATCH option "
-                        "to add, e.g. --slurm-option=--partition=gpu --slurm-option=--time=04:00:00 (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--slurm-option", action="append", metavar="OPTION",
+        help="with --slurm: an #SBATCH option to add (repeatable), e.g. --slurm-option=--partition=gpu",
+    )  # fmt: skip
     parser.add_argument("--script", help="your own training script, given the DeepSpeed JSON via --deepspeed_config")
     parser.add_argument(
         "--config-flag",
@@ -556,7 +562,8 @@ def check_modes(args: argparse.Namespace) -> None:
     if args.submit and not args.slurm:
         raise InputError("--submit submits the script that --slurm writes: add --slurm")
     if args.slurm_option and not args.slurm:
-        raise InputError(f"--slurm-option {args.slurm_option[0]!r} is an #SBATCH option for the script --slurm writes: add --slurm")
+        raise InputError(f"--slurm-option {args.slurm_option[0]!r} is an #SBATCH option for the script --slurm "
+                         "writes: add --slurm")  # fmt: skip
     if args.slurm and (args.node_rank is not None or args.hostfile):
         given_ = "--node-rank" if args.node_rank is not None else "--hostfile"
         raise InputError(f"--slurm writes a script whose srun gives every node its --node-rank; drop {given_}")
@@ -628,7 +635,8 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
         return rc or 1
     if signals:
         every = " on every node" if getattr(args, "node_rank", None) is not None else ""
-        print(f"zero-run: interrupted; continue with: zero-run {shlex.quote(args.plan)} --resume{every}", file=sys.stderr)
+        print(f"zero-run: interrupted; continue with: zero-run {shlex.quote(args.plan)} --resume{every}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
     if rc == EXIT_BAD_INPUT:
         return rc  # a rank found bad input (a hub dataset, a tokenizer) and said so in one line already

@@ -84,8 +84,8 @@ def sbatch_script(
         directives["--gres"] = f"gpu:{gpus_per_node}"  # job steps get the job's GPUs (srun --gres NOTE)
     for option, value in options:
         directives[option] = value
-    node = " ".join([shlex.join(node_argv), '--node-rank "$SLURM_NODEID"', '--master-addr "$MASTER_ADDR"',
-                     '--master-port "$MASTER_PORT"', *(["--", shlex.join(script_args)] if script_args else [])])  # fmt: skip
+    rendezvous = ['--node-rank "$SLURM_NODEID"', '--master-addr "$MASTER_ADDR"', '--master-port "$MASTER_PORT"']
+    node = " ".join([shlex.join(node_argv), *rendezvous, *(["--", shlex.join(script_args)] if script_args else [])])
     port = str(master_port) if master_port is not None else f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
     lines = ["#!/bin/bash", *(f"#SBATCH {o}" + (f"={v}" if v is not None else "") for o, v in directives.items())]
     lines += [
@@ -96,7 +96,7 @@ def sbatch_script(
         '# Node 0, the first host of the allocation, serves the rendezvous.',
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f'export MASTER_PORT="{port}"',
-        "# One zero-run per node; each checks its node, then starts that node's ranks. A node that fails ends the step.",
+        "# One zero-run per node: each checks its node, then starts its ranks. A node that fails ends the step.",
         f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + node)}",
     ]
     return "\n".join(lines) + "\n"

@@ -635,7 +635,8 @@ def _resume(
     # Node-local checkpoints: a step counts only where every node has it complete, and all ranks try the same.
     everywhere = set.intersection(*(set(steps) for steps in ranks.gather(sorted(usable))))
     for step in sorted(set(usable) - everywhere, reverse=True):
-        console.print(f"[yellow]warning:[/] checkpoint {usable[step]} is not complete on every node; using an earlier one")
+        console.print(f"[yellow]warning:[/] checkpoint {usable[step]} is not complete on every node; "
+                      "using an earlier one")  # fmt: skip
     for step, path in sorted(((s, usable[s]) for s in everywhere), reverse=True):
         state = ckpt.read_state(path)
         if state.get("world_size") != world:
