@@ -814,9 +814,9 @@ def _mark_rss(phase: str) -> None:
 
 def _rank_stats(rank: int, on_cuda: bool) -> dict[str, Any]:
     """Returns this rank's measured peaks in bytes (None on CPU, where there is no device allocator)."""
-    import torch
-
     import socket
+
+    import torch
 
     marks = {"host_rss_marks": dict(_RSS_MARKS), "node": int(os.environ.get("CROSS_RANK", "0")),
              "host": socket.gethostname()}  # fmt: skip
