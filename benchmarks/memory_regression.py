@@ -163,7 +163,7 @@ def zero_run_host_check() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="print every case, not only the summary")
     args = parser.parse_args(argv)
 

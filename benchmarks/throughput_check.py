@@ -171,7 +171,7 @@ def error_table(cases: list[MeasuredCase], title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
     args = parser.parse_args(argv)
     cases = measured_cases(args.min_tokens, host_shared=True)

@@ -132,7 +132,7 @@ def summary(errors: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
     parser.add_argument("--gpu", default=throughput.REFERENCE_GPU, help="fit on cases measured on this GPU type")
     args = parser.parse_args(argv)

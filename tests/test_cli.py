@@ -160,6 +160,9 @@ def _bad_ds_configs(tmp_path):
         (["--model", "./missing/config.json", "--gpus", "2xT4"], "no such file"),
         (["--gpus", "2xT4"], "required: --model"),
         ([*LLAMA, "--gpus", "2xT4", "--unknown-flag"], "unrecognized arguments"),
+        # No abbreviations: a prefix of --save-steps or --global-batch is refused, not read as the longer option.
+        ([*LLAMA, "--gpus", "2xT4", "--save-step", "5"], "unrecognized arguments: --save-step 5"),
+        ([*LLAMA, "--gpus", "2xT4", "--global", "8"], "unrecognized arguments: --global 8"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/missing.json"], "no such file"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/garbage.json"], "not valid JSON"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/list.json"], "JSON object expected"),
@@ -178,6 +181,30 @@ def test_bad_input_is_one_line_and_exit_2(fake, tmp_path, monkeypatch, capsys, a
     assert len(lines) == 1 and lines[0].startswith("zero-plan: error: ")
     assert message in lines[0]
     assert "Traceback" not in captured.err
+
+
+def test_every_parser_refuses_abbreviations():
+    """Every argparse parser of the package and the benchmarks is built with allow_abbrev=False (zero-plan's,
+    zero-run's and the trainer's are exercised by their bad-input tests)."""
+    import ast
+
+    parsers = []
+    for path in sorted([*(ROOT / "zero_planner").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                "ArgumentParser", "_Parser"):  # fmt: skip
+                allow = [getattr(k.value, "value", k.value) for k in node.keywords if k.arg == "allow_abbrev"]
+                parsers.append((f"{path.relative_to(ROOT)}:{node.lineno}", allow))
+    assert len(parsers) >= 15  # zero-plan, zero-run, the trainer, the package's tools and the benchmarks
+    assert [where for where, allow in parsers if allow != [False]] == []
+
+
+def test_trainer_refuses_abbreviations(capsys):
+    from zero_planner.train import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--plan", "p.json", "--max-step", "3"])
+    assert "unrecognized arguments: --max-step 3" in capsys.readouterr().err
 
 
 def test_import_does_not_load_heavy_libraries():

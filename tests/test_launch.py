@@ -115,6 +115,8 @@ def test_script_with_trailing_args(plan_file, tmp_path, capsys):
         (["--script", "/no/such/train.py"], {}, "does not exist"),
         ([], {"nodes": 2, "gpu": "H100"}, "pass --hostfile"),
         (["--max-steps", "0"], {}, "--max-steps 0"),
+        (["--max-step", "5"], {}, "unrecognized arguments: --max-step 5"),  # no abbreviations
+        (["--save-step", "5"], {}, "unrecognized arguments: --save-step 5"),
     ],
 )
 def test_bad_input_exits_2(plan_file, capsys, argv_tail, plan_kw, message):

@@ -67,6 +67,7 @@ def _choice(choices: Sequence[str]):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
+        allow_abbrev=False,  # a prefix is never read as another option: --save-step is refused, not --save-steps
         prog=PROG,
         description="Predict DeepSpeed ZeRO memory per GPU, choose the strategy and batch that fit, write the plan.",
         epilog="Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input.",

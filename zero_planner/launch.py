@@ -296,6 +296,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
+        allow_abbrev=False,  # a prefix is never read as another option: --save-step is refused, not --save-steps
         prog="zero-run",
         description="Train from a zero-plan plan file through the deepspeed launcher.",
         epilog="Arguments after -- go to the --script.",

@@ -43,7 +43,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.train", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--plan", required=True, help="plan file written by zero-plan")
     parser.add_argument("--output-dir", default=None, help="overrides training.output_dir")
     parser.add_argument("--max-steps", type=int, default=None, help="overrides training.max_steps")
