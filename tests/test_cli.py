@@ -363,6 +363,24 @@ def test_export_writes_hand_off_files_beside_the_plan(real_memory, tmp_path, cap
     assert f"{kind}: wrote" in capsys.readouterr().out
 
 
+def test_export_takes_several_kinds(real_memory, tmp_path, capsys):
+    """--export repeats and takes comma lists; each kind is written once, in its own folder."""
+    plan_path = tmp_path / "plan.json"
+    rc = main(["--model", "benchmarks/model_configs/llama-tiny.json", "--gpus", "cpu:2", "--cpu-mem", "8GiB",
+               "--seq-len", "128", "-o", str(plan_path), "--export", "axolotl,trl", "--export", "hf-trainer",
+               "--export", "axolotl"])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    for kind in ("axolotl", "trl", "hf-trainer"):
+        assert (tmp_path / f"plan.{kind}" / "ds_config.json").is_file()
+        assert f"{kind}: wrote" in out
+    assert out.count("axolotl: wrote") == 3  # ds_config.json, axolotl.yml, command.sh: written once
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["plan.axolotl", "plan.hf-trainer", "plan.trl"]
+    assert main(["--model", "gpt2", "--gpus", "1xT4", "--export", "axolotl,trll"]) == 2
+    err = capsys.readouterr().err
+    assert "'trll' is not one of hf-trainer, accelerate, axolotl, llamafactory, trl (did you mean trl?)" in err
+
+
 def test_ds_config_estimates_the_adapter_rank_asked_for(real_memory, capsys):
     """--ds-config sizes LoRA by --lora-r like a plan does (it used to keep r=16 whatever was asked)."""
     trainable = {}
