@@ -207,6 +207,18 @@ def test_trainer_refuses_abbreviations(capsys):
     assert "unrecognized arguments: --max-step 3" in capsys.readouterr().err
 
 
+def test_malformed_dataset_is_named_by_zero_plan(fake, tmp_path, capsys):
+    """zero-plan --dataset reads the file through: the bad line now, not inside the ranks after launch."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"text": "fine"}\n' * 3 + '{"text": "cut off\n')
+    out = tmp_path / "plan.json"
+    rc = main([*LLAMA, "--gpus", "2xT4", "--dataset", str(data), "-o", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2 and not out.exists()
+    assert captured.err == (f"zero-plan: error: --dataset file '{data}' line 4: not valid JSON (Unterminated string "
+                            f"starting at, column 10): '{{\"text\": \"cut off'\n")  # fmt: skip
+
+
 def test_import_does_not_load_heavy_libraries():
     modules = "zero_planner.cli, zero_planner.planner, zero_planner.throughput, zero_planner.render"
     assert heavy_modules_after(f"import {modules}") == []

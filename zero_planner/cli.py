@@ -312,6 +312,10 @@ def run(args: argparse.Namespace) -> int:
 
     if fits:
         result_plan.notes += apply_training_args(result_plan, args, planning=True)
+        if args.dataset or args.eval_split:
+            from zero_planner.data import check_local_data
+
+            check_local_data(result_plan.training)  # a malformed file: its name and line now, not inside a rank
     if fits and args.validate:
         _validate(result_plan, given=ds_config is not None, quiet=args.json)
     written = _write(result_plan, args.output) if fits and args.output else None

@@ -284,6 +284,43 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
     return problems
 
 
+def check_inputs(plan: Plan, *, resume: bool = False, output_dir: str | None = None) -> None:
+    """Raises InputError (one line, exit 2) for what zero-run's own ranks would otherwise find only after the
+    launcher has started them: a pretrained plan naming no weights, no tokenizer to be had (a config-only model
+    without --tokenizer, a folder without tokenizer files), chat data for a tokenizer without a chat template,
+    a malformed local data file (data.check_local_data: the file, the line, an excerpt), QLoRA without
+    bitsandbytes, and --resume from checkpoints another number of ranks wrote. Reads files only (no torch)."""
+    import importlib.util
+
+    from zero_planner import checkpoint as ckpt
+    from zero_planner.data import check_local_data, detect_format, peek_columns, resolve_files
+    from zero_planner.tokenizer import TOKENIZER_FIX, check_tokenizer, has_chat_template
+
+    t, m = plan.training, plan.model
+    if m.init == "pretrained" and not (m.load_path or m.weights_path):
+        raise InputError(f"the plan says pretrained weights for {m.name!r} but names no load_path (plan again, or "
+                         f"pass --init random)")  # fmt: skip
+    folder = check_tokenizer(plan)
+    files = resolve_files(t.dataset) if t.dataset != "synthetic" and t.task == "causal-lm" else None
+    columns = peek_columns(files) if files else None
+    if columns is not None and detect_format(columns, t) == "chat":
+        if t.tokenizer == "bytes" or (folder is not None and not has_chat_template(folder)):
+            name = "the byte-level tokenizer" if t.tokenizer == "bytes" else f"the tokenizer in {folder}"
+            raise InputError(f"chat data ({t.messages_field} column) goes through a chat template, and {name} has "
+                             f"none: {TOKENIZER_FIX.replace('bytes|', '')}")  # fmt: skip
+    check_local_data(t)
+    if t.method == "qlora" and plan.hardware.gpu != "cpu" and importlib.util.find_spec("bitsandbytes") is None:
+        raise InputError("QLoRA needs bitsandbytes, which is not installed here: pip install bitsandbytes")
+    if resume:
+        usable = ckpt.usable_checkpoints(Path(output_dir or t.output_dir) / ckpt.CHECKPOINTS_DIR)
+        if usable:
+            step, path = usable[0]
+            written = ckpt.read_state(path).get("world_size")
+            if written != plan.hardware.world_size:
+                raise InputError(f"--resume: checkpoint {path} was written by {written} ranks; this plan has "
+                                 f"{plan.hardware.world_size} (resume with the plan it was trained with)")  # fmt: skip
+
+
 # --- the CLI ---
 
 
@@ -359,6 +396,9 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.script is not None and not Path(args.script).is_file():
         raise InputError(f"--script {args.script!r} does not exist")
+    if args.script is None:
+        # What the ranks would find only after the launcher started them: exit 2 now (--dry-run included).
+        check_inputs(plan, resume=args.resume, output_dir=output_dir)
     argv, env = build_launch(
         plan,
         plan_path=str(Path(args.plan).absolute()),

@@ -561,14 +561,20 @@ def selection_text(plan: Plan, count: int, steps: int) -> str:
 
 def probe_and_write(plan_path: str | Path, count: int, *, runner: Runner | None = None, steps: int | None = None,
                     hostfile: str | None = None, hosts=None, master_addr: str | None = None,
-                    console=None) -> tuple[Plan, Path, ProbeRun]:  # fmt: skip
+                    console=None, overrides: argparse.Namespace | None = None,
+                    ) -> tuple[Plan, Path, ProbeRun]:  # fmt: skip
     """Probes the plan at `plan_path` (`steps` per candidate, default PROBE_STEPS), writes PLAN.probed.json
     (also when Ctrl-C stopped it) and prints the ranking; returns (probed plan, its path, the run). The
-    default runner launches each candidate in a temporary folder beside the plan, removed afterwards."""
+    default runner launches each candidate in a temporary folder beside the plan, removed afterwards.
+    `overrides`: zero-run's data and training flags, applied to every candidate as to the run after it."""
     steps = steps or PROBE_STEPS
     if steps <= WARMUP_STEPS:
         raise ValueError(f"a probe of {steps} steps measures nothing after {WARMUP_STEPS} warm-up steps")
     plan = load_plan(plan_path)
+    if overrides is not None:
+        from zero_planner.training_args import apply_training_args
+
+        apply_training_args(plan, overrides, planning=False)
     if not ranked_candidates(plan):
         raise InputError(f"plan file {str(plan_path)!r} lists no candidate that fits; nothing to probe")
     console = console or _console()
@@ -625,6 +631,10 @@ def zero_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     plan = load_plan(args.plan)
     if not ranked_candidates(plan):
         raise InputError(f"plan file {args.plan!r} lists no candidate that fits; nothing to probe")
+    from zero_planner.training_args import apply_training_args
+
+    apply_training_args(plan, args, planning=False)  # the flags given: the probe trains as the run after it will
+    launch.check_inputs(plan)  # each candidate's ranks train on this data with this tokenizer: exit 2 now
     hosts = launch.parse_hostfile(launch._read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.dry_run:
         runner = LaunchRunner(Path("PROBE_DIR"), PROBE_STEPS, hostfile=args.hostfile, hosts=hosts,
@@ -637,7 +647,7 @@ def zero_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
             print(f"probe {n}: {describe(plan.candidates[index])}: {shown}")
         return 0
     result, out_path, run = probe_and_write(args.plan, count, hostfile=args.hostfile, hosts=hosts,
-                                            master_addr=args.master_addr)  # fmt: skip
+                                            master_addr=args.master_addr, overrides=args)  # fmt: skip
     if run.interrupted:
         return launch.EXIT_INTERRUPTED
     if result.probe.chosen is None:
@@ -653,6 +663,9 @@ def zero_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
 def zero_plan(args: argparse.Namespace, plan_path: Path | None) -> int:
     """zero-plan ... -o PLAN --probe K: probes the plan just written on this machine; returns the exit status
     (0 a candidate ran, 1 none did, 130 Ctrl-C)."""
+    from zero_planner.launch import check_inputs
+
+    check_inputs(load_plan(plan_path))  # each candidate's ranks need the tokenizer and data: exit 2 now
     result, _, run = probe_and_write(plan_path, args.probe)
     if run.interrupted:
         return 130

@@ -451,16 +451,11 @@ def _build_model(plan: Plan, ds_config: dict[str, Any], ranks: Ranks, *, weights
 
 
 def _tokenizer_source(plan: Plan) -> str | None:
-    """Returns where the model's own tokenizer lives for a random-init plan: its hub id (catalog and hub
-    models), its folder, or None (a bare config.json)."""
-    m = plan.model
-    if m.weights_path:
-        return m.weights_path
-    if m.source in ("hub", "catalog") and m.hub_id:
-        return m.hub_id
-    if m.source == "folder":
-        return m.name if Path(m.name).is_dir() else None
-    return None
+    """Returns where the model's own tokenizer lives for a random-init plan (tokenizer.model_tokenizer_source,
+    which zero-run also checks before launching)."""
+    from zero_planner.tokenizer import model_tokenizer_source
+
+    return model_tokenizer_source(plan.model)
 
 
 def run_length(max_steps: int, epochs: float | None, steps_per_epoch: float) -> int:
