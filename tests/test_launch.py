@@ -80,8 +80,8 @@ def test_dry_run_prints_command_and_json(plan_file, capsys):
     out = capsys.readouterr().out
     first, rest = out.split("\n", 1)
     # The interpreter running zero-run runs the launcher module: no `deepspeed` script on PATH needed.
-    assert first == (f"DS_ACCELERATOR=cpu {sys.executable} -m deepspeed.launcher.runner --num_gpus 2 "
-                     f"--master_port 29500 --module zero_planner.train --plan {path}")  # fmt: skip
+    assert first == (f"DS_ACCELERATOR=cpu {sys.executable} -m deepspeed.launcher.runner --log_level error "
+                     f"--num_gpus 2 --master_port 29500 --module zero_planner.train --plan {path}")  # fmt: skip
     assert json.loads(rest) == make_plan(gpu="cpu").deepspeed_config
 
 
@@ -195,11 +195,28 @@ def test_preflight_refuses_qlora_on_cpu_before_any_rank_starts(tmp_path):
     assert any("QLoRA needs a CUDA GPU" in p for p in problems)
 
 
-def test_runnable_needs_no_deepspeed_script_on_path():
+def test_runnable_needs_no_deepspeed_script_on_path(monkeypatch):
+    monkeypatch.setattr(launch, "launcher_takes_log_level", lambda: False)
     argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
     assert runnable(argv, python="/venv/bin/python")[:4] == ["/venv/bin/python", "-m", "deepspeed.launcher.runner",
                                                               "--num_gpus"]  # fmt: skip
     assert runnable(["torchrun", "x.py"]) == ["torchrun", "x.py"]
+
+
+def test_one_node_runner_is_quiet_where_deepspeed_lets_it(tmp_path):
+    """DeepSpeed's runner warns on every one-node launch that it found no hostfile: --log_level error where the
+    installed runner has the option (this venv's does), never with a hostfile."""
+    argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
+    assert launch.launcher_takes_log_level()  # deepspeed 0.19 here
+    assert runnable(argv, python="py")[:6] == ["py", "-m", "deepspeed.launcher.runner", "--log_level", "error",
+                                               "--num_gpus"]  # fmt: skip
+    hosts = tmp_path / "hostfile"
+    argv, _ = build_launch(gpu_plan(nodes=2), plan_path="p.json", hostfile=str(hosts), master_port=1)
+    assert "--log_level" not in runnable(argv)
+    from deepspeed.launcher.runner import parse_args  # the runner's own parser accepts the command
+
+    parsed = parse_args(runnable(build_launch(gpu_plan(), plan_path="p.json", master_port=1)[0])[3:])
+    assert parsed.log_level == "error" and parsed.user_script == "zero_planner.train" and parsed.module
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ or deepspeed import at module level: zero-run must start fast and `--dry-run` ne
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -138,10 +139,29 @@ def build_launch(
 
 def runnable(argv: Sequence[str], python: str | None = None) -> list[str]:
     """Returns `argv` with a leading `deepspeed` replaced by `python -m deepspeed.launcher.runner` (the
-    interpreter running zero-run by default): the command zero-run actually spawns."""
+    interpreter running zero-run by default): the command zero-run actually spawns. On one node, where the
+    installed runner takes it, with `--log_level error`: the runner's WARNING that it found no hostfile (there is
+    none to find on one node) and its INFO lines (the command zero-run prints itself, each rank spawned and
+    exiting) are left out; its errors still show."""
     if argv and argv[0] == "deepspeed":
-        return [python or sys.executable, "-m", LAUNCHER_MODULE, *argv[1:]]
+        quiet = ["--log_level", "error"] if "--hostfile" not in argv and launcher_takes_log_level() else []
+        return [python or sys.executable, "-m", LAUNCHER_MODULE, *quiet, *argv[1:]]
     return list(argv)
+
+
+@functools.lru_cache(maxsize=1)
+def launcher_takes_log_level() -> bool:
+    """Returns True when the installed DeepSpeed's runner has --log_level (a recent option: 0.19.8 has it, and a
+    runner without it refuses the launch). Reads the runner's source rather than importing deepspeed (torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        return '"--log_level"' in (Path(spec.origin).parent / "launcher" / "runner.py").read_text()
+    except OSError:
+        return False
 
 
 def launch_command(plan: Plan, plan_path: str = "plan.json") -> list[str]:

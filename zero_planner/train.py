@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from zero_planner.quiet import quiet_training_run
+
+    quiet_training_run()  # before torch, deepspeed and bitsandbytes are imported
     args = build_parser().parse_args(argv)
     try:
         plan = load_plan(args.plan)
@@ -165,7 +168,8 @@ class Ranks:
         self.device = torch.device(f"cuda:{self.local_rank}" if self.on_cuda else "cpu")
 
     def barrier(self) -> None:
-        self.dist.barrier()
+        # The device named, as torch asks (NCCL otherwise guesses it and warns at every checkpoint).
+        self.dist.barrier(device_ids=[self.local_rank] if self.on_cuda else None)
 
     def any(self, flag: bool | int) -> int:
         """Returns the largest `flag` over all ranks (0 when none raised it)."""
