@@ -56,6 +56,19 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 # Measured peak RSS 1.98-2.07 GiB for every non-offload case on H100/H200 (benchmarks/results).
 PROCESS_RSS_BYTES = int(2.1 * GiB)
 
+# The same for a CPU process (--gpus cpu:N): no CUDA runtime or context; torch's CPU build, deepspeed, transformers,
+# datasets and the data, gloo and DeepSpeed's shared-memory all-reduce buffer. Its model's tensors (the "device"
+# peak) and any offloaded states come on top, in the same host memory. Measured: zero-run's peak RSS per rank
+# (run_report.json host_rss_bytes) less the predicted peak allocated, for llama-tiny (benchmarks/model_configs,
+# 0.5M parameters) on cpu:2, seq 128, micro-batch 4 x accumulation 2, 4 steps, each of the seven strategies: RSS
+# 0.574-0.594 GiB, less 0.018-0.023 GiB = 0.552-0.574 GiB; the largest is taken (the development machine, 2 x86-64
+# cores, Python 3.11, torch 2.13.0+cpu, deepspeed 0.19.8, transformers 5.24.0, datasets 5.2.0, 2026-11-25;
+# benchmarks/cpu_rss.py, benchmarks/results/cpu-rss-2026-11-25.jsonl: per node 1.154-1.184 GiB measured,
+# 1.193-1.199 predicted). The GPU baseline above predicted 4.20 GiB per node for the demo's two processes, which
+# ran in 1.15. Not explained yet: a 58M-parameter Llama (fp32 states 0.87 GiB at stage 0) measured 13-20% above
+# this prediction, at every strategy (same file).
+CPU_PROCESS_RSS_BYTES = int(0.575 * GiB)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -523,11 +536,16 @@ def estimate_memory(
     # more than the model has tensors (147 pinned for Llama-3.2-1B's 146 tensors, measured).
     tied_head = ((spec.vocab_size * spec.hidden_size, 1),) if spec.tie_word_embeddings else ()
     offloaded = () if adapters else spec.tensor_sizes + tied_head
-    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, offloaded, workload.precision)
+    # A CPU process holds its "device" tensors in host memory too; torch.save of CPU storages copies nothing.
+    on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
+    process = CPU_PROCESS_RSS_BYTES + peak if on_cpu else PROCESS_RSS_BYTES
+    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, offloaded, workload.precision,
+                       cpu_process_bytes=process if on_cpu else None)  # fmt: skip
     if off_param:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
-    saving = (PROCESS_RSS_BYTES + checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)) * workload.gpus_per_node
+    staging = 0 if on_cpu else checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
+    saving = (process + staging) * workload.gpus_per_node
     buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
     return MemoryEstimate(
         params_bytes=params,
@@ -610,8 +628,10 @@ def checkpoint_staging_bytes(spec: ModelSpec, strategy: Strategy, P: int, n: int
 
 
 def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
-                tensor_sizes: tuple[tuple[int, int], ...], precision: str) -> int:
-    """Returns host memory per node: one process per local GPU, plus the offloaded states of its partition.
+                tensor_sizes: tuple[tuple[int, int], ...], precision: str,
+                cpu_process_bytes: int | None = None) -> int:  # fmt: skip
+    """Returns host memory per node: one process per local GPU (PROCESS_RSS_BYTES each; for CPU processes
+    `cpu_process_bytes`, CPU_PROCESS_RSS_BYTES and their tensors), plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
@@ -630,9 +650,11 @@ def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
     pinned allocation above, its size and rounding, and the step transients (bf16 1.86-1.89 GiB, fp16 3.45 GiB
     on Llama-3.2-1B, none in fp32) as counted here.
     """
-    per_rank = PROCESS_RSS_BYTES
+    per_rank = PROCESS_RSS_BYTES if cpu_process_bytes is None else cpu_process_bytes
     Pn = math.ceil(P / n)
-    defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if strategy.stage == 3 and strategy.offload_param == "none" else 0
+    # The defragment copy is a GPU process's trip through host memory; a CPU process's partition stays where it is.
+    gpu_zero3 = cpu_process_bytes is None and strategy.stage == 3 and strategy.offload_param == "none"
+    defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if gpu_zero3 else 0
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
