@@ -15,7 +15,7 @@ export is read by the tool that would read it:
   fetches the base model's config from the hub, is not run.
 - llamafactory: llamafactory.hparams.get_train_args(yaml), in one process set up as torchrun sets up a rank
   (command.sh launches with FORCE_TORCHRUN=1); with use_cpu where there is no CUDA, since TrainingArguments
-  refuses bf16/fp16 without a GPU.
+  refuses bf16/fp16 without a GPU; then HF's DeepSpeed check (below) on the TrainingArguments it built.
 - trl: the SFTConfig(**...) of train_sft.py through trl.SFTConfig, with HF's DeepSpeed integration comparing the
   JSON with it (HfTrainerDeepSpeedConfig.trainer_config_process: the check that raises at Trainer start), its
   LoraConfig through peft, and the whole script compiled.
@@ -148,7 +148,7 @@ def hf_mismatches(args, ds):
 
     hf = HfTrainerDeepSpeedConfig(json.loads(json.dumps(ds)))
     hf.trainer_config_process(args)
-    wrong = [m for m in hf.mismatches if "train_batch_size" not in m]
+    wrong = [m for m in hf.mismatches if not m.strip().startswith("- ds train_batch_size=")]  # batch_note's
     if wrong:
         raise ValueError("DeepSpeed JSON disagrees with the arguments: " + "; ".join(w.strip() for w in wrong))
 
@@ -182,6 +182,7 @@ def validate_llamafactory(case):
         args["use_cpu"] = True
     _, _, training, _, _ = get_train_args(args)
     ds = json.loads(Path(args["deepspeed"]).read_text())
+    hf_mismatches(training, ds)  # get_train_args records them; the Trainer raises them at its start
     batch_note(case, training.per_device_train_batch_size, training.gradient_accumulation_steps, ds)
 
 
@@ -354,7 +355,7 @@ def plan_cases(workdir: Path) -> list[dict]:
 def table(cases: list[dict], results: dict, exports: list[str]) -> str:
     """Returns the pass/fail table (within 100 columns) and the lines that explain each failure and warning."""
     width = max(len(c["id"]) for c in cases)
-    lines = [f"{'case':<{width}}  " + "  ".join(f"{e:<12}" for e in exports)]
+    lines = [f"{'case':<{width}}  " + "  ".join(f"{e:<13}" for e in exports)]
     details = []
     for case in cases:
         cells = []
@@ -369,7 +370,7 @@ def table(cases: list[dict], results: dict, exports: list[str]) -> str:
             cells.append(cell)
             for text in ([r["error"]] if r["error"] else []) + r["warnings"]:
                 details.append(f"{case['id']} / {export}: {text}")
-        lines.append(f"{case['id']:<{width}}  " + "  ".join(f"{c:<12}" for c in cells))
+        lines.append(f"{case['id']:<{width}}  " + "  ".join(f"{c:<13}" for c in cells))
     out = "\n".join(line.rstrip() for line in lines)
     if details:
         out += "\n\n" + "\n".join(textwrap.fill(d, 100, subsequent_indent="    ") for d in dict.fromkeys(details))
@@ -417,15 +418,25 @@ def main(argv: list[str] | None = None) -> int:
             results.update(json.loads(answer.read_text()))
     text = table(cases, results, exports)
     print(text)
-    record = {"date": date, "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+    record = {"date": date, "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU" if not _cuda() else
+              f"{platform.machine()}, {os.cpu_count()} cores",
               "python": platform.python_version(), "zero_planner_git": _git_head(), "venv_versions": versions,
-              "validated_in": VALIDATED_IN, "cases": [{k: c[k] for k in ("id", "argv", "world_size")} for c in cases],
+              "validated_in": VALIDATED_IN,
+              "cases": [{"id": c["id"], "argv": [a.replace(f"{ROOT}/", "") for a in c["argv"]],
+                         "world_size": c["world_size"]} for c in cases],
               "results": results}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"\nversions: " + "; ".join(f"{t}: " + ", ".join(f"{k} {v}" for k, v in vs.items()) for t, vs in versions.items()))
+    print("\nversions: " + "; ".join(f"{t}: " + ", ".join(f"{k} {v}" for k, v in vs.items())
+                                      for t, vs in versions.items()))  # fmt: skip
     print(f"results: {out}")
     return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+def _cuda() -> bool:
+    import shutil
+
+    return shutil.which("nvidia-smi") is not None
 
 
 def _git_head() -> str | None:
