@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from zero_planner import throughput
 from zero_planner.hardware import find_gpu
 from zero_planner.memory import Workload
-from zero_planner.models.spec import ModelSpec, load_model_spec
+from zero_planner.models.spec import ModelSpec, load_model_spec, spec_from_config
 from zero_planner.strategies import STRATEGIES
 from zero_planner.throughput import estimate_step_time
 
@@ -303,6 +305,35 @@ def test_routing_and_permutation_bytes_grow_with_top_k_and_vanish_for_dense_mode
     assert 3.5 < eight / two < 4  # the per-token rows and the router's softmax do not grow with k
     recomputed = throughput.moe_traffic_bytes(_moe(32, 8, 1000), work(micro_batch_size=2, seq_len=1024, gradient_checkpointing=True))
     assert eight < recomputed < 2 * eight  # the forward runs again, the backward does not
+
+
+MOE_TRACE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "moe-ops-transformers-5.17.0.json"
+
+
+@pytest.mark.parametrize("block", json.loads(MOE_TRACE.read_text())["blocks"], ids=lambda b: b["name"])
+def test_moe_block_bytes_match_the_traced_kernels(block):
+    # benchmarks/moe_ops.py traced one MoE block's aten ops under transformers 5.17.0 (the GPU runs' version): the
+    # count must agree op for op in total, less the radix sorts' inner passes (inside one aten op each) and with
+    # the shared expert that layer_traffic_bytes counts. And checkpointing's recomputation stops where the trace
+    # says it does: after the inverse permutation (Mixtral) or at the shared expert's scaled add (Qwen2-MoE).
+    spec = spec_from_config(block["config"], block["name"])
+    layer = throughput.moe_layer_bytes(spec)
+    traced = block["forward"]["bytes_per_token"] + block["backward"]["bytes_per_token"]
+    shared = (1 + throughput.BACKWARD_TRAFFIC_RATIO) * throughput.shared_expert_bytes(spec)
+    assert layer.forward + layer.backward - layer.sort_passes + shared == pytest.approx(traced, rel=0.015)
+    assert (layer.not_recomputed > 0) == ("index x1" in block["not_recomputed"])
+
+
+def test_fp32_routing_weights_make_the_permuted_rows_fp32():
+    # Mixtral's router hands the experts fp32 weights, so proj_out * weights is fp32 and the gather back, the
+    # k-way sum and their backward move 4-byte rows; Qwen3-MoE casts the weights back to bf16.
+    mixtral, qwen = _moe(32, 8, 512), replace(_moe(32, 8, 512), model_type="qwen3_moe")
+    h, k = TOY.hidden_size, 8
+    forward, backward = throughput.expert_row_bytes(2, 4)
+    assert (forward, backward) == (7 * 2 + 4 * 4, 11 * 4 + 7 * 2)
+    assert throughput.expert_row_bytes(2, 2) == (11 * 2, 16 * 2)
+    extra = throughput.moe_layer_bytes(mixtral).forward - throughput.moe_layer_bytes(qwen).forward
+    assert extra == k * h * (4 * 4 - 4 * 2) + h * (4 + 6 - 2)  # rows, plus the per-token sum and its cast
 
 
 def test_a_sliding_window_the_sequence_reaches_costs_mask_bytes():
