@@ -7,7 +7,7 @@ one-layer model in bf16 with transformers' default experts implementation (group
 forward and backward under a TorchDispatchMode at two token counts, and counts every aten op that launches a
 kernel: bytes read and written by the memory-bound ones (per token: the difference of the two runs), GEMM
 FLOPs apart. Then a one-layer model with checkpointing (use_reentrant=False, as zero-run trains) shows which of
-the layer's forward ops the recomputation skips. Prints each op, the totals beside throughput.moe_layer_bytes,
+the layer's forward ops the recomputation skips, and one without it what the KV cache that use_cache builds adds. Prints each op, the totals beside throughput.moe_layer_bytes,
 and writes them as JSON: tests/test_throughput.py holds moe_layer_bytes to the committed file. Byte rules: an op
 reads its tensor inputs (an expanded input once) and writes its outputs; a gather reads the rows it returns; an
 index_put_ reads and writes its destination; fills and zeros only write; views and allocations are free. On a
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zero_planner.models.spec import spec_from_config  # noqa: E402
-from zero_planner.throughput import BACKWARD_TRAFFIC_RATIO, moe_layer_bytes, shared_expert_bytes  # noqa: E402
+from zero_planner.throughput import _KV_CACHE_BYTES, BACKWARD_TRAFFIC_RATIO, moe_layer_bytes, shared_expert_bytes  # noqa: E402
 
 CONFIGS = [
     ("mixtral-32e-top8", "benchmarks/model_configs/mixtral-32e-top8.json", {}),
@@ -157,6 +157,21 @@ def not_recomputed(config: dict, tokens: int = 64) -> list[str]:
     return [f"{op} x{n}" for op, n in missing.items() if n > 0]
 
 
+def cache_bytes(config: dict, tokens: int = 64) -> float:
+    """Returns the bytes per token that a one-layer training forward moves more with use_cache on (no
+    checkpointing, as zero-run trains then) than with it off: the KV cache's concatenations, and the mask's."""
+    import torch
+
+    moved = []
+    for use_cache in (True, False):
+        model = one_layer_model(config)
+        mode = tracer()
+        with mode:
+            model(input_ids=torch.randint(0, 256, (1, tokens)), use_cache=use_cache)
+        moved.append(sum(o["read"] + o["write"] for o in mode.ops if o["op"] not in GEMMS))
+    return (moved[0] - moved[1]) / tokens
+
+
 def per_token(ops_low: list[dict], ops_high: list[dict], phase: str, low: int, high: int) -> dict:
     """Returns the memory-bound bytes per token of `phase` (two runs' difference), its kernel count and GEMM FLOPs."""
     def total(ops, key):
@@ -192,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = {"name": name, "config": config,
                  "forward": per_token(low, high, "forward", *TOKENS),
                  "backward": per_token(low, high, "backward", *TOKENS),
-                 "not_recomputed": not_recomputed(config)}  # fmt: skip
+                 "not_recomputed": not_recomputed(config), "use_cache_bytes_per_token": cache_bytes(config)}  # fmt: skip
         result["blocks"].append(entry)
         traced = entry["forward"]["bytes_per_token"] + entry["backward"]["bytes_per_token"]
         shared = (1 + BACKWARD_TRAFFIC_RATIO) * shared_expert_bytes(spec)  # in layer_traffic_bytes
@@ -201,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
               f"B/token in {entry['forward']['kernels']} + {entry['backward']['kernels']} kernels; "
               f"counted (throughput.moe_layer_bytes less the sorts' inner passes, with the shared expert) {model:,.0f} "
               f"({model / traced - 1:+.2%}); "
-              f"checkpointing does not recompute: {', '.join(entry['not_recomputed'])}")  # fmt: skip
+              f"checkpointing does not recompute: {', '.join(entry['not_recomputed'])}; "
+              f"use_cache adds {entry['use_cache_bytes_per_token']:,.0f} B/token (counted "
+              f"{_KV_CACHE_BYTES * 2 * spec.num_key_value_heads * spec.head_dim:,d})")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -75,14 +75,18 @@ def test_compute_hand_computed():
     # measured share of this GPU's 100 TFLOP/s peak (it has no measurement of its own).
     matmul_fraction, memory_fraction, attention_fraction = throughput.reference_fractions()
     # Memory-bound bytes per token and layer (bf16): 2 RMSNorms 72,000 + rotary 44,000 + silu 16,000 + gate
-    # 24,000 + residuals 12,000 + attention output 4,000 = 172,000; forward + 2x backward over 10 layers, plus
-    # 40 bytes per logit of the loss: (3 * 10 * 172,000 + 40 * 1000) * 1000 tokens = 5.2e9 bytes.
-    assert throughput.activation_traffic_bytes(TOY, work()) == 5.2e9
+    # 24,000 + residuals 12,000 + attention output 4,000 = 172,000; forward + 2x backward over 10 layers, the KV
+    # cache's cat of k and v (4 bytes per element of 2 x 1,000) per layer, plus 40 bytes per logit of the loss:
+    # (3 * 10 * 172,000 + 10 * 8,000 + 40 * 1000) * 1000 tokens = 5.28e9 bytes.
+    assert throughput.activation_traffic_bytes(TOY, work()) == 5.28e9
+    # Checkpointing: no KV cache; the forward once more, less each layer's last residual add (6 * 1,000).
+    assert throughput.activation_traffic_bytes(TOY, work(gradient_checkpointing=True)) == pytest.approx(
+        (4 * 10 * 172_000 - 10 * 6_000 + 40 * 1000) * 1000)
     t = estimate_step_time(TOY, STRATEGIES["0"], GPU, work())
     expected = (
         6e12 / (100e12 * matmul_fraction)
         + 1.2e11 / (100e12 * attention_fraction)
-        + 5.2e9 / (GPU.memory_bandwidth_bytes_per_s * memory_fraction)
+        + 5.28e9 / (GPU.memory_bandwidth_bytes_per_s * memory_fraction)
     )
     assert t.compute_s == pytest.approx(expected)
     assert t.optimizer_s == pytest.approx(
@@ -322,6 +326,9 @@ def test_moe_block_bytes_match_the_traced_kernels(block):
     shared = (1 + throughput.BACKWARD_TRAFFIC_RATIO) * throughput.shared_expert_bytes(spec)
     assert layer.forward + layer.backward - layer.sort_passes + shared == pytest.approx(traced, rel=0.015)
     assert (layer.not_recomputed > 0) == ("index x1" in block["not_recomputed"])
+    # Without checkpointing, use_cache builds a KV cache: every layer concatenates its k and v into it.
+    kv = spec.num_key_value_heads * spec.head_dim
+    assert throughput._KV_CACHE_BYTES * 2 * kv == pytest.approx(block["use_cache_bytes_per_token"], rel=0.05)
 
 
 def test_fp32_routing_weights_make_the_permuted_rows_fp32():

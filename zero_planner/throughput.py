@@ -276,6 +276,11 @@ _LOSS_BYTES_PER_LOGIT = 40
 gradient fill 4, log_softmax backward 4+4+4, the cast back 4+2 (transformers loss_utils.py, cross_entropy)."""
 _SOFTCAP_BYTES_PER_LOGIT = 36
 """Gemma-2's final logit soft-capping (divide, tanh, multiply on bf16 logits), forward and backward."""
+_KV_CACHE_BYTES = 4
+"""Per element of k and v, without checkpointing: the model's forward builds a DynamicCache whenever the
+config's use_cache is on (zero-run turns it off only with checkpointing, as transformers does), and every
+layer's attention concatenates its k and v into it, read 2 + write 2 (cache_utils.py DynamicLayer.update:
+torch.cat onto an empty tensor; traced by benchmarks/moe_ops.py). The cat's backward is a view."""
 BACKWARD_TRAFFIC_RATIO = 2
 """An elementwise op's backward reads its saved input(s) and the incoming gradient and writes the input
 gradient: about twice the forward's bytes (a count, not fitted)."""
@@ -333,6 +338,8 @@ def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     per_token = (1 + BACKWARD_TRAFFIC_RATIO) * spec.num_layers * layer
     if workload.gradient_checkpointing:
         per_token += spec.num_layers * (layer - _RESIDUAL_BYTES * spec.hidden_size)
+    elif spec.config.get("use_cache", True):
+        per_token += spec.num_layers * _KV_CACHE_BYTES * 2 * spec.num_key_value_heads * spec.head_dim
     if workload.task == "causal-lm":
         per_token += _LOSS_BYTES_PER_LOGIT * spec.vocab_size
         if spec.config.get("final_logit_softcapping"):
