@@ -354,7 +354,9 @@ def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
 # (benchmarks/moe_ops.py, which prints the same count beside the trace; tests/test_throughput.py holds this count
 # to the trace it recorded, benchmarks/results/moe-ops-transformers-5.17.0.json). The experts' matmuls are GEMMs
 # (gemms); everything else below is memory-bound. S = k routed copies per token, b the activation's bytes, p the
-# bytes of a routed row after the routing-weight multiply (_routed_row_bytes).
+# bytes of a routed row after the routing-weight multiply (_routed_row_bytes). Later releases skip the sentinel
+# masks without expert parallelism (transformers PR 48201; under 5.24 the same trace moves 20% fewer bytes for
+# Mixtral-32e-top8): the count follows the version the calibration was measured with (Calibration.measured_on).
 _ROUTER_BYTES_PER_EXPERT = 40
 """The router's fp32 path per expert: forward logits.float() 2+4, softmax 4+4, top-k reads 4; backward the
 top-k gradient scattered into zeros 4+4, softmax backward 4+4+4, the cast back 4+2."""
