@@ -27,6 +27,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -219,7 +220,11 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     cal = fit_stage3([c for c in ref if c.strategy == "3"], dense)
     rates: dict[str, float] = {}
     stage3: dict[str, float] = {}
-    reference_host = next((c.host for c in ref), None)
+    # The reference host is the one most of the reference GPU's runs came from, not the first file's: since the
+    # harness records `cpu_model`, one lent machine type can appear under two keys (the GPU name before, the CPU
+    # model after), and the catalog's CPU Adam rate must not come from one new suite's offload cases alone.
+    hosts = Counter(c.host for c in ref)
+    reference_host = min(hosts, key=lambda h: (-hosts[h], h)) if hosts else None
     for host in sorted({c.host for c in cases}):
         if host != reference_host:
             bound = [c for c in cases if c.host == host and c.strategy == "3" and host_bound(c, cal)]

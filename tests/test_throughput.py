@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from zero_planner import throughput
 from zero_planner.hardware import find_gpu
 from zero_planner.memory import Workload
-from zero_planner.models.spec import ModelSpec, load_model_spec
+from zero_planner.models.spec import ModelSpec, load_model_spec, spec_from_config
 from zero_planner.strategies import STRATEGIES
 from zero_planner.throughput import estimate_step_time
 
@@ -73,14 +75,18 @@ def test_compute_hand_computed():
     # measured share of this GPU's 100 TFLOP/s peak (it has no measurement of its own).
     matmul_fraction, memory_fraction, attention_fraction = throughput.reference_fractions()
     # Memory-bound bytes per token and layer (bf16): 2 RMSNorms 72,000 + rotary 44,000 + silu 16,000 + gate
-    # 24,000 + residuals 12,000 + attention output 4,000 = 172,000; forward + 2x backward over 10 layers, plus
-    # 40 bytes per logit of the loss: (3 * 10 * 172,000 + 40 * 1000) * 1000 tokens = 5.2e9 bytes.
-    assert throughput.activation_traffic_bytes(TOY, work()) == 5.2e9
+    # 24,000 + residuals 12,000 + attention output 4,000 = 172,000; forward + 2x backward over 10 layers, the KV
+    # cache's cat of k and v (4 bytes per element of 2 x 1,000) per layer, plus 40 bytes per logit of the loss:
+    # (3 * 10 * 172,000 + 10 * 8,000 + 40 * 1000) * 1000 tokens = 5.28e9 bytes.
+    assert throughput.activation_traffic_bytes(TOY, work()) == 5.28e9
+    # Checkpointing: no KV cache; the forward once more, less each layer's last residual add (6 * 1,000).
+    assert throughput.activation_traffic_bytes(TOY, work(gradient_checkpointing=True)) == pytest.approx(
+        (4 * 10 * 172_000 - 10 * 6_000 + 40 * 1000) * 1000)
     t = estimate_step_time(TOY, STRATEGIES["0"], GPU, work())
     expected = (
         6e12 / (100e12 * matmul_fraction)
         + 1.2e11 / (100e12 * attention_fraction)
-        + 5.2e9 / (GPU.memory_bandwidth_bytes_per_s * memory_fraction)
+        + 5.28e9 / (GPU.memory_bandwidth_bytes_per_s * memory_fraction)
     )
     assert t.compute_s == pytest.approx(expected)
     assert t.optimizer_s == pytest.approx(
@@ -303,6 +309,38 @@ def test_routing_and_permutation_bytes_grow_with_top_k_and_vanish_for_dense_mode
     assert 3.5 < eight / two < 4  # the per-token rows and the router's softmax do not grow with k
     recomputed = throughput.moe_traffic_bytes(_moe(32, 8, 1000), work(micro_batch_size=2, seq_len=1024, gradient_checkpointing=True))
     assert eight < recomputed < 2 * eight  # the forward runs again, the backward does not
+
+
+MOE_TRACE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "moe-ops-transformers-5.17.0.json"
+
+
+@pytest.mark.parametrize("block", json.loads(MOE_TRACE.read_text())["blocks"], ids=lambda b: b["name"])
+def test_moe_block_bytes_match_the_traced_kernels(block):
+    # benchmarks/moe_ops.py traced one MoE block's aten ops under transformers 5.17.0 (the GPU runs' version): the
+    # count must agree op for op in total, less the radix sorts' inner passes (inside one aten op each) and with
+    # the shared expert that layer_traffic_bytes counts. And checkpointing's recomputation stops where the trace
+    # says it does: after the inverse permutation (Mixtral) or at the shared expert's scaled add (Qwen2-MoE).
+    spec = spec_from_config(block["config"], block["name"])
+    layer = throughput.moe_layer_bytes(spec)
+    traced = block["forward"]["bytes_per_token"] + block["backward"]["bytes_per_token"]
+    shared = (1 + throughput.BACKWARD_TRAFFIC_RATIO) * throughput.shared_expert_bytes(spec)
+    assert layer.forward + layer.backward - layer.sort_passes + shared == pytest.approx(traced, rel=0.015)
+    assert (layer.not_recomputed > 0) == ("index x1" in block["not_recomputed"])
+    # Without checkpointing, use_cache builds a KV cache: every layer concatenates its k and v into it.
+    kv = spec.num_key_value_heads * spec.head_dim
+    assert throughput._KV_CACHE_BYTES * 2 * kv == pytest.approx(block["use_cache_bytes_per_token"], rel=0.05)
+
+
+def test_fp32_routing_weights_make_the_permuted_rows_fp32():
+    # Mixtral's router hands the experts fp32 weights, so proj_out * weights is fp32 and the gather back, the
+    # k-way sum and their backward move 4-byte rows; Qwen3-MoE casts the weights back to bf16.
+    mixtral, qwen = _moe(32, 8, 512), replace(_moe(32, 8, 512), model_type="qwen3_moe")
+    h, k = TOY.hidden_size, 8
+    forward, backward = throughput.expert_row_bytes(2, 4)
+    assert (forward, backward) == (7 * 2 + 4 * 4, 11 * 4 + 7 * 2)
+    assert throughput.expert_row_bytes(2, 2) == (11 * 2, 16 * 2)
+    extra = throughput.moe_layer_bytes(mixtral).forward - throughput.moe_layer_bytes(qwen).forward
+    assert extra == k * h * (4 * 4 - 4 * 2) + h * (4 + 6 - 2)  # rows, plus the per-token sum and its cast
 
 
 def test_a_sliding_window_the_sequence_reaches_costs_mask_bytes():

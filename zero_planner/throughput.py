@@ -16,7 +16,8 @@ collectives between GPUs + PCIe traffic for offload, with no overlap assumed bet
 from the kernels the Hugging Face model runs: each GEMM's FLOPs and the bytes of its two inputs and output
 (gemms: the roofline makes narrow matrices and small experts run below the matmul rate), elementwise kernels
 (norms, rotary, activations, residual adds, the loss), a mixture of experts' routing and token permutation
-(router softmax and top-k, the sort, gathers and scatter-adds) and sliding-window mask biases. The achieved
+(router softmax and top-k, the sort, gathers and scatter-adds, the sentinel masks, fp32 rows where the router's
+weights are fp32: counted op by op from a trace, benchmarks/moe_ops.py) and sliding-window mask biases. The achieved
 rates are fractions of the GPU's catalog peaks, measured on one GPU (Calibration, catalog/step_time.json);
 the host's CPU Adam rate is the catalog's unless measured on the machine (host_rates.py, `--gpus
 auto`). Pure: numbers in, numbers out; no torch.
@@ -275,15 +276,21 @@ _LOSS_BYTES_PER_LOGIT = 40
 gradient fill 4, log_softmax backward 4+4+4, the cast back 4+2 (transformers loss_utils.py, cross_entropy)."""
 _SOFTCAP_BYTES_PER_LOGIT = 36
 """Gemma-2's final logit soft-capping (divide, tanh, multiply on bf16 logits), forward and backward."""
+_KV_CACHE_BYTES = 4
+"""Per element of k and v, without checkpointing: the model's forward builds a DynamicCache whenever the
+config's use_cache is on (zero-run turns it off only with checkpointing, as transformers does), and every
+layer's attention concatenates its k and v into it, read 2 + write 2 (cache_utils.py DynamicLayer.update:
+torch.cat onto an empty tensor; traced by benchmarks/moe_ops.py). The cat's backward is a view."""
 BACKWARD_TRAFFIC_RATIO = 2
 """An elementwise op's backward reads its saved input(s) and the incoming gradient and writes the input
 gradient: about twice the forward's bytes (a count, not fitted)."""
 
 
 def layer_traffic_bytes(spec: ModelSpec) -> int:
-    """Returns the bytes that one decoder layer's memory-bound kernels move per token in one forward (bf16)."""
+    """Returns the bytes that one decoder layer's memory-bound kernels move per token in one forward (bf16). A
+    mixture of experts' routed experts are in moe_traffic_bytes, with their own backward."""
     h = spec.hidden_size
-    mlp = spec.intermediate_size * spec.num_experts_per_tok
+    mlp = 0 if spec.num_experts > 1 else spec.intermediate_size
     d_q = spec.num_attention_heads * spec.head_dim
     d_kv = spec.num_key_value_heads * spec.head_dim
     model_type = spec.model_type
@@ -298,26 +305,41 @@ def layer_traffic_bytes(spec: ModelSpec) -> int:
     resid_pdrop = spec.config.get("resid_pdrop", 0.1 if model_type == "gpt2" else 0.0)  # GPT2Config's default
     dropout = 2 * _DROPOUT_BYTES * h if float(resid_pdrop or 0) > 0 else 0
     residual = 2 * _RESIDUAL_BYTES * h
-    shared = 0
-    if spec.num_experts > 1 and spec.config.get("shared_expert_intermediate_size"):
-        # Qwen2-MoE's shared expert: a gated MLP of its own width on every token, scaled by sigmoid(gate(x))
-        # (one multiply) and added to the routed experts' output (one add).
-        width = int(spec.config["shared_expert_intermediate_size"])
-        shared = (_NATIVE_ACTIVATION_BYTES + _GATE_MULTIPLY_BYTES) * width + 2 * _RESIDUAL_BYTES * h
-    return norm_bytes + rotary + qk_norm + act + gate + dropout + residual + shared + _ATTENTION_OUTPUT_BYTES * d_q
+    return (norm_bytes + rotary + qk_norm + act + gate + dropout + residual + shared_expert_bytes(spec)
+            + _ATTENTION_OUTPUT_BYTES * d_q)  # fmt: skip
 
 
+def shared_expert_bytes(spec: ModelSpec) -> int:
+    """Returns the bytes per token of a shared expert's memory-bound kernels in one forward (bf16; 0 without):
+    Qwen2-MoE's gated MLP of its own width on every token, scaled by sigmoid(gate(x)) (one multiply) and added
+    to the routed experts' output (one add)."""
+    width = int(spec.config.get("shared_expert_intermediate_size") or 0) if spec.num_experts > 1 else 0
+    if not width:
+        return 0
+    return (_NATIVE_ACTIVATION_BYTES + _GATE_MULTIPLY_BYTES) * width + 2 * _RESIDUAL_BYTES * spec.hidden_size
+
+
+# Checkpointing recomputes a layer's forward only up to the last op that saved a tensor for backward: the models
+# checkpoint with use_reentrant=False (zero_planner/modeling.py; transformers' default too), whose recomputation
+# stops as soon as every saved tensor is back (torch/utils/checkpoint.py, _StopRecomputationError; early stop is on
+# by default). A decoder layer's last residual add saves nothing and is not run again, nor is a mixture of
+# experts' tail after its inverse permutation (MoeLayerBytes.not_recomputed). Traced: benchmarks/moe_ops.py.
 def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the device-memory bytes one micro-step's memory-bound kernels move on one GPU.
 
     Per token: each layer's elementwise kernels (layer_traffic_bytes) once forward, BACKWARD_TRAFFIC_RATIO
-    times backward and once more when checkpointing recomputes the forward; plus the loss over the fp32
-    logits (micro_batch * seq * vocab of them: for a 152k vocabulary that is ~6 MB per token, more than a
-    0.5B model's layers). fp32 training moves twice the bytes.
+    times backward and, when checkpointing recomputes the forward, once more up to the layer's last residual
+    add (its recomputation stops early, above); plus the loss over the fp32 logits (micro_batch * seq * vocab of
+    them: for a 152k vocabulary that is ~6 MB per token, more than a 0.5B model's layers). fp32 training moves
+    twice the bytes.
     """
     tokens = workload.micro_batch_size * workload.seq_len
-    passes = 1 + BACKWARD_TRAFFIC_RATIO + (1 if workload.gradient_checkpointing else 0)
-    per_token = passes * spec.num_layers * layer_traffic_bytes(spec)
+    layer = layer_traffic_bytes(spec)
+    per_token = (1 + BACKWARD_TRAFFIC_RATIO) * spec.num_layers * layer
+    if workload.gradient_checkpointing:
+        per_token += spec.num_layers * (layer - _RESIDUAL_BYTES * spec.hidden_size)
+    elif spec.config.get("use_cache", True):
+        per_token += spec.num_layers * _KV_CACHE_BYTES * 2 * spec.num_key_value_heads * spec.head_dim
     if workload.task == "causal-lm":
         per_token += _LOSS_BYTES_PER_LOGIT * spec.vocab_size
         if spec.config.get("final_logit_softcapping"):
@@ -326,45 +348,132 @@ def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     return float(tokens * per_token * scale)
 
 
-# Mixture of experts (transformers 5 integrations/moe.py grouped_mm_experts_forward, the default experts
-# implementation on GPUs that have grouped_mm). Per token and MoE layer, with S = k routed copies:
+# Mixture of experts as transformers 5.17 runs it: the router (modeling_mixtral.py MixtralTopKRouter and its
+# relatives) and integrations/moe.py grouped_mm_experts_forward, the default experts implementation where torch
+# has grouped_mm. Counted op by op from an aten-level trace of one MoE block's forward and backward
+# (benchmarks/moe_ops.py, which prints the same count beside the trace; tests/test_throughput.py holds this count
+# to the trace it recorded, benchmarks/results/moe-ops-transformers-5.17.0.json). The experts' matmuls are GEMMs
+# (gemms); everything else below is memory-bound. S = k routed copies per token, b the activation's bytes, p the
+# bytes of a routed row after the routing-weight multiply (_routed_row_bytes). Later releases skip the sentinel
+# masks without expert parallelism (transformers PR 48201; under 5.24 the same trace moves 20% fewer bytes for
+# Mixtral-32e-top8): the count follows the version the calibration was measured with (Calibration.measured_on).
 _ROUTER_BYTES_PER_EXPERT = 40
 """The router's fp32 path per expert: forward logits.float() 2+4, softmax 4+4, top-k reads 4; backward the
-top-k gradient scattered into zeros 4, softmax backward 4+4+4, the cast back 4+2."""
+top-k gradient scattered into zeros 4+4, softmax backward 4+4+4, the cast back 4+2."""
 _SORT_BYTES_PER_KEY = 264
 """torch.sort of the S int64 expert ids with their int64 positions: CUB's radix sort (8-bit digits) over
 64-bit keys, 8 passes each reading and writing key and value (8 x 32 B), plus one histogram pass (8 B).
 torch.sort passes no bit range, so all 64 bits are sorted (an upper bound where CUB skips trivial passes)."""
 _INDEX_SORT_BYTES_PER_KEY = 96
 """The backward of an index gather is index_put_(accumulate=True), which sorts its int64 indices over the
-bits the row count needs (at::native index_put_with_sort_kernel): up to 3 passes of 32 B for < 2**24 rows."""
-_PERMUTE_FORWARD_ROW_BYTES = 7
-"""Per routed copy and hidden element, in units of the activation width: the gather hidden_states[perm // k]
-(read + write: 2), the multiply by the routing weight (2), the gather back weighted_out[inv_perm] (2), and
-the read of the k-way sum (1). The sum writes one row per token (ROW_BYTES_PER_TOKEN)."""
-_PERMUTE_BACKWARD_ROW_BYTES = 9
-"""Backward, the same units: the un-permute's index_put_ (zeros 1, read the expanded gradient 1, read-modify-
-write of the destination 2), the routing-weight multiply's two gradients (input: read 2 + write 1 is counted as
-2 + 1; weight: a read of the expert output 1), and the gather's index_put_ (read 1, destination 1)."""
-_PERMUTE_INDEX_BYTES = 40
-"""Per routed copy: perm // k (8 + 8), the inverse permutation (arange 8, scatter 8 + 8)."""
+bits the row count needs (at::native index_put_with_sort_kernel): up to 3 passes of 32 B for < 2**24 rows.
+Three of them per MoE block: the token rows, the routing weights and the un-permute."""
+_PERMUTE_INDEX_BYTES = 160
+"""Per routed copy, forward, the int64 bookkeeping around the sort (trace: 161): top-k's values and indices 12,
+the top-k renormalisation 20, perm // k 16, the three gathers' index reads 24 and the weights' gather 8, the
+histogram's int cast and read 16, the sentinel mask 9 and clamp 16, the inverse permutation (arange 8, its
+index_put_ 24 + 8)."""
+_PERMUTE_INDEX_BACKWARD_BYTES = 64
+"""Per routed copy, backward (trace: 61): the two row index_put_s' index reads 16, the routing weights' gradient
+(zeros 4, its index_put_ 16 + 4), the renormalisation's backward ~24."""
+_FP32_ROUTING_WEIGHTS = ("mixtral",)
+"""Types whose router hands the experts fp32 weights: Mixtral's softmax(router_logits.float()) top-k is never
+cast back (modeling_mixtral.py MixtralTopKRouter), so `proj_out * weights` promotes the routed rows to fp32.
+Qwen2-MoE, Qwen3-MoE and OLMoE cast router_top_value to the logits' dtype (their TopKRouter)."""
+
+
+def _routed_row_bytes(spec: ModelSpec, b: int) -> int:
+    """Returns the bytes per element of a routed row after the routing-weight multiply: 4 where the router's
+    weights stay fp32 (_FP32_ROUTING_WEIGHTS; type promotion), else the activation's `b`."""
+    return max(b, 4) if spec.model_type in _FP32_ROUTING_WEIGHTS else b
+
+
+def expert_row_bytes(b: int, p: int) -> tuple[int, int]:
+    """Returns (forward, backward) bytes per routed copy and hidden element that the token permutation around
+    the experts' GEMMs moves, with activations of `b` bytes and routed rows of `p` after the weight multiply."""
+    forward = (2 * b      # gather hidden_states[perm // k]: read, write
+               + 2 * b    # masked_fill_ of the gathered rows (the expert-parallel sentinel mask, all False here)
+               + 2 * b    # masked_fill of the down projection's output (the same mask)
+               + b + p    # proj_out * routing weight: read b, write p
+               + 2 * p    # gather back weighted_out[inv_perm]
+               + p)       # read by the k-way sum  # fmt: skip
+    backward = (p             # the sum's gradient, expanded over k, made contiguous (clone: write)
+                + p           # zeros for the un-permute's index_put_
+                + 3 * p       # index_put_(accumulate) of the gradient: read the zeros and the values, write
+                + 2 * p + b   # the routing weight's gradient: grad * proj_out (read p and b, write p)
+                + p           # ... summed over the hidden dimension (read)
+                + 2 * p       # proj_out's gradient: grad * weight (read, write)
+                + (p + b if p != b else 0)  # ... cast back to the activation dtype
+                + 2 * b       # masked_fill's backward after the down projection
+                + 2 * b       # masked_fill_'s backward on the gathered rows
+                + b)          # the gather's backward: index_put_(accumulate) reads the rows  # fmt: skip
+    return forward, backward
+
+
+def expert_intermediate_bytes(gated: bool, b: int) -> tuple[int, int]:
+    """Returns (forward, backward) bytes per routed copy and element of an expert's intermediate width: its
+    activation (and gate) between the two grouped GEMMs, and the sentinel mask on the first one's output."""
+    if gated:
+        forward = 2 * 2 * b + 2 * b + 3 * b  # masked_fill of gate_up (2 wide), act(gate), act(gate) * up
+        backward = 6 * b + 3 * b + 2 * 2 * b + 2 * 2 * b  # the product's two gradients, act backward, the
+        # chunk's backward (cat, 2 wide), masked_fill's backward (2 wide)
+    else:
+        forward = 2 * b + 2 * b  # masked_fill of up, act
+        backward = 3 * b + 2 * b  # act backward, masked_fill's backward
+    return forward, backward
+
+
+@dataclass(frozen=True)
+class MoeLayerBytes:
+    """Bytes per token that one mixture-of-experts block moves outside its GEMMs (moe_layer_bytes)."""
+
+    forward: int
+    backward: int
+    not_recomputed: int
+    """The forward's tail after its inverse permutation, which a checkpointed recomputation does not run again
+    (see activation_traffic_bytes): the gather back, the k-way sum, the cast; 0 where a shared expert's gate follows."""
+    sort_passes: int
+    """Of forward + backward, the radix-sort passes inside torch.sort and index_put_(accumulate) (CUB's, counted
+    from their algorithms), which an aten-level trace does not see."""
+
+
+def moe_layer_bytes(spec: ModelSpec, b: int = 2) -> MoeLayerBytes:
+    """Returns the bytes per token that one MoE block moves outside the experts' GEMMs with `b`-byte activations:
+    the router's softmax and top-k over all experts, the sort of the routed copies by expert, the gathers into
+    expert order and back, the sentinel masks, the experts' activation, the routing-weight multiply and the k-way
+    sum, forward and backward."""
+    p = _routed_row_bytes(spec, b)
+    h, i, e, k = spec.hidden_size, spec.intermediate_size, spec.num_experts, spec.num_experts_per_tok
+    row_forward, row_backward = expert_row_bytes(b, p)
+    mid_forward, mid_backward = expert_intermediate_bytes(spec.gated_mlp, b)
+    cast = p + b if p != b else 0  # the block's output cast to the activation dtype, and its gradient back
+    forward = (18 * e + k * (_SORT_BYTES_PER_KEY + _PERMUTE_INDEX_BYTES) + k * (row_forward * h + mid_forward * i)
+               + (p + cast) * h)  # the sum writes one row per token  # fmt: skip
+    backward = (22 * e + k * (3 * _INDEX_SORT_BYTES_PER_KEY + _PERMUTE_INDEX_BACKWARD_BYTES)
+                + k * (row_backward * h + mid_backward * i)
+                + (cast + p + 3 * b + 3 * b) * h)  # per token: the gradient's cast and read by the clone, the
+    # gather's zeros and destination rows (b + 2b), the sum of the router's and the experts' input gradients
+    not_recomputed = k * 3 * p * h + (p + cast) * h
+    if shared_expert_bytes(spec):
+        # Qwen2-MoE's block ends with its shared expert's gate (a linear that saves its input), so the routed
+        # tail is recomputed too; only the scaled add after it is not (in layer_traffic_bytes, left counted).
+        not_recomputed = 0
+    # torch.sort's own read of 8 and write of 16 per key is an aten op; the rest of its passes are not
+    sort_passes = k * (_SORT_BYTES_PER_KEY - 24 + 3 * _INDEX_SORT_BYTES_PER_KEY)
+    return MoeLayerBytes(forward, backward, not_recomputed, sort_passes)
 
 
 def moe_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the bytes one micro-step's mixture-of-experts routing and token permutation move (0 for dense
-    models): the router's softmax and top-k over all experts, the sort of the routed copies by expert, the
-    gathers into expert order and back, the routing-weight multiply and the k-way sum, forward, backward and the
-    recomputed forward. The experts' matmuls are GEMMs (gemms)."""
+    """Returns the bytes one micro-step's mixture-of-experts blocks move outside the experts' GEMMs (0 for dense
+    models): moe_layer_bytes per token and layer, forward, backward and, with checkpointing, the forward again
+    up to its inverse permutation."""
     if spec.num_experts <= 1:
         return 0.0
     tokens = workload.micro_batch_size * workload.seq_len
-    b = 4 if workload.precision == "fp32" else 2
-    h, e, k = spec.hidden_size, spec.num_experts, spec.num_experts_per_tok
-    forward = (18 * e + k * (_SORT_BYTES_PER_KEY + _PERMUTE_INDEX_BYTES) + k * _PERMUTE_FORWARD_ROW_BYTES * h * b
-               + h * b)  # fmt: skip
-    backward = (22 * e + 2 * k * _INDEX_SORT_BYTES_PER_KEY + k * _PERMUTE_BACKWARD_ROW_BYTES * h * b
-                + 2 * h * b)  # the gradient into the sum and the gathered destination rows
-    per_token = forward * (2 if workload.gradient_checkpointing else 1) + backward
+    layer = moe_layer_bytes(spec, 4 if workload.precision == "fp32" else 2)
+    per_token = layer.forward + layer.backward
+    if workload.gradient_checkpointing:
+        per_token += layer.forward - layer.not_recomputed
     return float(tokens * spec.num_layers * per_token)
 
 
