@@ -84,7 +84,12 @@ def setting_cases(s: dict, *, harness_gpu: str, work_root: str = "/tmp") -> list
         forced = argv + ["--ds-config", ds_config_path(s["ds"]), "--micro-batch", s.get("mb", "1"),
                          "--grad-checkpointing" if s.get("gc") == "on" else "--no-grad-checkpointing"]  # fmt: skip
         rc, plan, answer = zero_plan(forced)
-        plan = plan or (answer or {}).get("plan")  # a JSON that does not fit still runs: as the user would
+        if plan is None and (answer or {}).get("plan"):
+            # A JSON that does not fit still runs, as the user would run it: zero-plan writes no plan file then,
+            # so the training flags it would have recorded are set here.
+            plan = answer["plan"]
+            plan["model"].update(init="random", load_path=None)
+            plan["training"].update(tokenizer="bytes", eval_split="0.05", save_every=int(s.get("save_steps", "1000")))
         if plan is None:
             print(f"{s}: --ds-config gave no plan (exit {rc})", file=sys.stderr)
             return []

@@ -149,6 +149,7 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
     columns = [("", "left"), ("strategy", "left"), ("ckpt", "left"), ("micro x acc", "right")]
     if wide:
         columns += [(name, "right") for name in ("params", "grads", "optim", "activ", "buffers", "overhead", "peak")]
+        columns += [("binds", "left")]  # the phase of the run whose peak is `peak`
     columns += [("GiB/GPU", "right"), ("host GiB", "right"), ("tokens/s", "right")]
     columns += [("why not" if wide else "verdict", "left")]
     for name, justify in columns:
@@ -162,6 +163,7 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
         if wide:
             row += [gib(b) for b in (m.params_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes,
                                      m.buffers_bytes, m.overhead_bytes, m.peak_allocated_bytes)]  # fmt: skip
+            row.append(PHASE_SHORT.get(m.binding_phase, m.binding_phase) if m.phase_peaks else "-")
         row += [gib(m.total_bytes), f"{m.cpu_total_bytes / GIB:.1f}", tokens_text(option)]
         if wide:
             row.append(option.reason)
