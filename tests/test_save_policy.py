@@ -305,6 +305,13 @@ def test_save_steps_keeps_the_limit_and_the_checkpoint_resumed_from(tmp_path):
     assert tags(checkpoints) == ["step6", "step8"]
     report = json.loads((out / "run_report.json").read_text())
     assert report["steps"] == 8 and len(report["losses"]) == 8 and report["save"] == "steps"
+    # --save final resumes from the checkpoints there and adds none: the model at step 10 replaces final/.
+    exported = (out / "final" / "model.safetensors").stat().st_mtime_ns
+    assert main([str(path), "--resume", "--max-steps", "10", "--save", "final"]) == 0
+    report = json.loads((out / "run_report.json").read_text())
+    assert report["steps"] == 10 and len(report["losses"]) == 10 and report["save"] == "final"
+    assert tags(checkpoints) == ["step6", "step8"]
+    assert (out / "final" / "model.safetensors").stat().st_mtime_ns > exported
 
 
 def tags(checkpoints: Path) -> list[str]:
