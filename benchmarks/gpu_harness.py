@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cases import SUITES, expand_case  # noqa: E402
+from zero_planner.host_rates import cpu_model  # noqa: E402
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -58,6 +59,7 @@ def provenance() -> dict:
         **adapters,
         "python": platform.python_version(),
         "cpu_cores": len(os.sched_getaffinity(0)),  # the cores this harness and its cases may use
+        "cpu_model": cpu_model(),  # the host's key for its CPU Adam and ZeRO-3 hook rates (throughput_fit.host_of)
         "date": dt.date.today().isoformat(),
         # Set by device_run.sh when another harness shares the host (one harness per GPU, cores split).
         **({"host_note": os.environ["HARNESS_HOST_NOTE"]} if os.environ.get("HARNESS_HOST_NOTE") else {}),

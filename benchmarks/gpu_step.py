@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STEPS = 4
+"""Steps run by default; a case may ask for more (`steps`: timing suites, whose ZeRO-3 cases leave two out)."""
 
 
 def main() -> None:
@@ -125,8 +126,9 @@ def main() -> None:
         micro, seq = case["micro_batch_size"], case["seq_len"]
         generator = torch.Generator().manual_seed(1234 + rank)
         step_times = []
+        phase_times = []  # seconds of forward, backward and optimizer step, each synchronised: the step's parts
         losses = []
-        for step in range(STEPS):
+        for step in range(int(case.get("steps", STEPS))):
             ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
             if case.get("task") == "seq-cls":
                 labels = torch.randint(0, case["num_labels"], (micro,), generator=generator).to(engine.device)
@@ -134,7 +136,9 @@ def main() -> None:
             else:
                 batch = {"input_ids": ids, "labels": ids}
             start = time.perf_counter()
+            parts = {}
             for phase in ("forward", "backward", "step"):
+                began = time.perf_counter()
                 if on_cuda:
                     torch.cuda.reset_peak_memory_stats()
                 if phase == "forward":
@@ -151,15 +155,18 @@ def main() -> None:
                     outputs = None
                 if on_cuda:
                     torch.cuda.synchronize()
+                    parts[phase] = time.perf_counter() - began
                     record["phases"].append({"step": step, "phase": phase, **device_stats()})
                 if step == 0:
                     host_mark(phase)  # which phase of a step holds a host transient
             step_times.append(time.perf_counter() - start)
+            phase_times.append(parts)
             losses.append(float(loss.detach().float().item()))
         phase = "done"
         host_mark("steps")
         record["timing_s"]["steps"] = round(time.time() - went, 2)
         record["step_times_s"] = step_times
+        record["phase_times_s"] = phase_times
         if on_cuda:
             # cudaFree-and-retry rounds of the caching allocator: each one synchronises and slows the step
             # it lands in (a suspect for slow steps at the edge of memory).

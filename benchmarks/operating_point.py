@@ -65,8 +65,9 @@ def operating_cases(model: str, seq_len: int, *, gpu: str, capacity: int | None,
             c["planned"] = {
                 "role": role, "gpu": cluster.gpu.name, "gpu_capacity_bytes": cap, "host_bytes": host,
                 "chosen": option is result.chosen, "planner_micro_batch": option.micro_batch_size,
-                # What the harness keeps free on the host while it runs (several cases share a lent machine).
-                "predicted_host_bytes": option.memory.cpu_total_bytes,
+                # What the harness keeps free on the host while it runs (several cases share a lent machine):
+                # gpu_step.py loads, initialises and trains, it neither saves nor resumes.
+                "predicted_host_bytes": option.memory.cpu_training_bytes,
             }  # fmt: skip
             cases.append(c)
     return cases

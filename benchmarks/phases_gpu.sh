@@ -27,6 +27,6 @@ if [ -n "$census_dir" ]; then
 fi
 left=$(( deadline - ($(date +%s) - start) ))
 python3 benchmarks/gpu_harness.py --cases $suite --out $OUT/results.jsonl --deadline-s $left --prestart 4 \
-  --reserve-gib $reserve 2>&1 | grep -v "INFO\|WARNING" | tee $OUT/harness.log | tail -40
+  --reserve-gib $reserve 2>&1 | grep --line-buffered -v "INFO\|WARNING" | tee $OUT/harness.log | tail -40
 wait
 ls -la $OUT

@@ -1,25 +1,33 @@
 """Fits the step-time model's measured constants from the committed single-GPU runs, and prints them.
 
-    python benchmarks/throughput_fit.py [--min-tokens 4096] [--gpu H100]
+    python benchmarks/throughput_fit.py [--min-tokens 4096] [--write]
 
-What it fits (zero_planner/throughput.py explains each term), in this order, each step on its own cases:
-  1. stages 0-2 without offload: the achieved weight-matmul fraction of peak (searched on a grid up to
-     throughput.MAX_MATMUL_FRACTION), and, by least squares on relative error, the achieved attention and HBM
-     fractions and OPTIMIZER_BYTES_PER_PARAM;
-  2. stage 3 without offload: STAGE3_SECONDS_PER_FETCH (1-d search, the terms of 1 fixed);
-  3. offload: CPU_ADAM_PARAMS_PER_S_PER_NODE (least squares on relative error, 1 and 2 fixed).
-Then it refits step 1 on one model family and reports the error on the others (held out), both ways.
-Cases: status ok, one GPU, not shared with another run, step times recorded (steps 1.. as the harness steps
-the engine every micro-step; step 0 is warm-up), at least --min-tokens tokens per micro-step. Copy what it
-prints into catalog/gpus.json (achieved_*) and throughput.py's constants when new data arrives.
+What it fits (zero_planner/throughput.py, Calibration, explains each term), in this order, each step on its own
+cases of the reference GPU (H100):
+  1. stages 0-2 without offload: the achieved matmul and HBM fractions of peak (a grid: matmul up to
+     throughput.MAX_MATMUL_FRACTION, HBM up to 1; each GEMM runs at its roofline, so the two do not enter
+     linearly), and, by least squares on relative error at each grid point, the achieved attention fraction
+     and the optimizer's bytes per parameter;
+  2. stage 3 without offload: the host seconds per fetched tensor (1-d search, the terms of 1 fixed);
+  3. offload: CPU Adam parameters/s, per host (least squares on relative error, 1 and 2 fixed): a property of
+     the machine, so each host's offload runs give its own rate (the committed runs name no CPU model; each
+     GPU kind was lent on its own host type, so the GPU name stands for the host until gpu_harness.py
+     records `cpu_model`). The reference host's rate is the catalog default. Likewise the ZeRO-3 hook time
+     per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches).
+Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
+second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
+`--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
+Cases: throughput_check.measured_cases (status ok, one GPU, alone on GPU and host, >= --min-tokens tokens per
+micro-step).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +35,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.throughput_check import measured_cases  # noqa: E402
 from zero_planner import throughput  # noqa: E402
-from zero_planner.hardware import find_gpu  # noqa: E402
-from zero_planner.memory import trainable_params  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
+from zero_planner.throughput import Calibration, load_calibration  # noqa: E402
+
+STEP_TIME_JSON = ROOT / "zero_planner" / throughput.STEP_TIME_FILE
 
 
 @dataclass(frozen=True)
 class Features:
-    """One case's model inputs at the reference GPU's peaks (seconds at 100% of peak)."""
+    """One case's model inputs at the GPU's catalog peaks (seconds at 100% of peak), counted by throughput.py."""
 
     name: str
     family: str
+    host: str
+    gpu: str
     strategy: str
     measured_s: float
     matmul_s: float
+    gemm_flops_s: tuple[float, ...]
+    """Each GEMM shape's FLOPs over the peak (throughput.gemms; a grouped expert GEMM's over its share of it)."""
+    gemm_bytes_s: tuple[float, ...]
+    """Each GEMM shape's bytes over the catalog bandwidth."""
     attention_s: float
     traffic_s: float
     optimizer_param_s: float
@@ -51,77 +65,172 @@ class Features:
     pcie_s: float
 
 
-def features(case) -> Features:
-    spec, workload, strategy = case.spec, case.workload, STRATEGIES[case.strategy]
-    gpu = case.gpu
-    offload = throughput.offload_seconds(spec, strategy, gpu, workload)
-    cpu_params = 0.0
-    if strategy.offload_optimizer != "none":
-        cpu_params = trainable_params(spec, workload) * workload.gpus_per_node / workload.world_size
-        offload -= cpu_params / throughput.CPU_ADAM_PARAMS_PER_S_PER_NODE  # keep the PCIe part only
-    psi = trainable_params(spec, workload) / (workload.world_size if strategy.stage >= 1 else 1)
+def family_of(case) -> str:
+    """Returns the case's architecture family: its config's model_type (llama, qwen2, qwen3, gemma2, phi3, gpt2,
+    mistral, mixtral, ...). Two sizes of one family share code paths and kernels; a new model_type is what the
+    model has not seen."""
+    return str(case.spec.model_type)
+
+
+def host_of(case) -> str:
+    """Returns the key of the machine a case ran on: the CPU model where the harness recorded it, else the GPU
+    kind (each lent GPU kind came on its own host type)."""
+    prov = case.row["provenance"]
+    return str(prov.get("cpu_model") or case.gpu.name)
+
+
+def features(case, base: Calibration | None = None) -> Features:
+    """Returns the case's Features; a routed expert's GEMM FLOPs count at `base`'s grouped-GEMM rate (measured by
+    benchmarks/kernel_rates.py, not fitted here)."""
+    base = base or load_calibration()
+    spec, workload, strategy, gpu = case.spec, case.workload, STRATEGIES[case.strategy], case.gpu
+    psi = throughput.trainable_params(spec, workload) / (workload.world_size if strategy.stage >= 1 else 1)
+    peak = throughput.peak_flops(gpu, workload.precision)
+    bandwidth = gpu.memory_bandwidth_bytes_per_s
     return Features(
         name=case.name,
-        family=case.model.split("-")[0].rstrip("0123456789."),
+        family=family_of(case),
+        host=host_of(case),
+        gpu=gpu.name,
         strategy=case.strategy,
         measured_s=case.seconds,
-        matmul_s=throughput.matmul_flops(spec, workload) / throughput.peak_flops(gpu, workload.precision),
-        attention_s=throughput.attention_flops(spec, workload) / throughput.peak_flops(gpu, workload.precision),
-        traffic_s=throughput.activation_traffic_bytes(spec, workload) / gpu.memory_bandwidth_bytes_per_s,
-        optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / gpu.memory_bandwidth_bytes_per_s,
+        matmul_s=throughput.matmul_flops(spec, workload) / peak,
+        gemm_flops_s=tuple(g.flops / peak / (base.grouped_gemm_fraction if g.grouped else 1.0)
+                           for g in throughput.gemms(spec, workload)),
+        gemm_bytes_s=tuple(g.bytes / bandwidth for g in throughput.gemms(spec, workload)),
+        attention_s=throughput.attention_flops(spec, workload) / peak,
+        traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
+        optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
-        cpu_adam_params=cpu_params,
-        pcie_s=offload,
+        cpu_adam_params=throughput.cpu_adam_params(spec, strategy, workload),
+        pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
     )
 
 
-Dense = tuple[float, float, float, float]
-"""(matmul fraction, attention fraction, HBM fraction, optimizer bytes per parameter)."""
+def predict(c: Features, cal: Calibration) -> float:
+    """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
+    runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
+    two agree on every committed case)."""
+    f, h = cal.matmul_fraction, cal.memory_fraction
+    gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
+    gpu = gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
+    host = c.fetches * cal.stage3_seconds_per_fetch
+    optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
+    return max(gpu, host) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
 
 
-def fit_dense(cases: list[Features]) -> Dense | None:
-    """Returns the stage 0-2 constants, or None where no physical fit exists (too few distinct cases).
+def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
+    """Returns `base` with the stage 0-2 constants fitted, or None where no physical fit exists.
 
-    For each matmul fraction f on the grid, t - matmul_s/f = attention_s/a + traffic_s/h + bytes *
-    optimizer_param_s is linear in (1/a, 1/h, bytes); dividing each row by t makes it least squares on
-    relative error. The grid keeps the physical fit (fractions in (0, 1], bytes >= 0) with the smallest
-    residual.
+    For each (matmul fraction f, HBM fraction h) on a 0.01 grid, t - sum of GEMM rooflines - traffic_s/h =
+    attention_s/a + optimizer_param_s * bytes/h is linear in (1/a, bytes/h); dividing each row by t makes it
+    least squares on relative error, solved in closed form at every grid point at once. The grid keeps the
+    physical fit (fractions in (0, 1], bytes >= 0) with the smallest residual; ties go to the first.
     """
-    best = None
-    x = np.array([[c.attention_s, c.traffic_s, c.optimizer_param_s] for c in cases])
+    if len(cases) < 4:
+        return None
     t = np.array([c.measured_s for c in cases])
-    m = np.array([c.matmul_s for c in cases])
-    for step in range(30, int(throughput.MAX_MATMUL_FRACTION * 100) + 1):
-        f = step / 100
-        coef, *_ = np.linalg.lstsq(x / t[:, None], 1 - m / f / t, rcond=None)
-        inv_a, inv_h, opt_bytes = coef
-        if inv_a < 1 or inv_h < 1 or opt_bytes < 0:
-            continue
-        residual = float(np.sum((x @ coef + m / f - t) ** 2 / t**2))
-        if best is None or residual < best[0]:
-            best = (residual, f, 1 / inv_a, 1 / inv_h, float(opt_bytes / inv_h))  # bytes at the achieved rate
-    return None if best is None else best[1:]
+    width = max(len(c.gemm_flops_s) for c in cases)
+    flops = np.array([c.gemm_flops_s + (0.0,) * (width - len(c.gemm_flops_s)) for c in cases])
+    size = np.array([c.gemm_bytes_s + (0.0,) * (width - len(c.gemm_bytes_s)) for c in cases])
+    traffic = np.array([c.traffic_s for c in cases])
+    x = np.array([[c.attention_s, c.optimizer_param_s] for c in cases]) / t[:, None]
+    gram = x.T @ x
+    if abs(np.linalg.det(gram)) < 1e-12 * max(1.0, float(np.abs(gram).max())) ** 2:
+        return None
+    inverse = np.linalg.inv(gram)
+    fs = np.arange(30, int(throughput.MAX_MATMUL_FRACTION * 100) + 1) / 100
+    hs = np.arange(30, 101) / 100
+    # rest[f, h, case] = t - GEMM rooflines - traffic / h, relative to t
+    gemm = np.maximum(flops[None, None] / fs[:, None, None, None], size[None, None] / hs[None, :, None, None]).sum(-1)
+    rest = 1 - (gemm + traffic / hs[None, :, None]) / t
+    coef = np.einsum("ij,fhj->fhi", inverse, np.einsum("cj,fhc->fhj", x, rest))  # (1/a, bytes/h)
+    residual = ((np.einsum("cj,fhj->fhc", x, coef) - rest) ** 2).sum(-1)
+    physical = (coef[..., 0] >= 1) & (coef[..., 1] >= 0)
+    if not physical.any():
+        return None
+    residual = np.where(physical, residual, np.inf)
+    i, j = np.unravel_index(int(np.argmin(residual)), residual.shape)
+    inv_a, opt_per_h = coef[i, j]
+    return replace(base, matmul_fraction=float(fs[i]), memory_fraction=float(hs[j]), attention_fraction=round(1 / inv_a, 5),
+                   optimizer_bytes_per_param=round(float(opt_per_h * hs[j]), 1))  # fmt: skip
 
 
-def fit_stage3(cases: list[Features], dense: Dense) -> float:
-    """Returns the host seconds per fetch minimising squared relative error of max(gpu, host) + optimizer."""
+def fit_stage3(cases: list[Features], cal: Calibration) -> Calibration:
+    """Returns `cal` with the host seconds per fetch minimising squared relative error (0.01 ms grid)."""
+    if not cases:
+        return cal
+
     def error(k: float) -> float:
-        return sum((predict(c, dense, k, float("inf")) / c.measured_s - 1) ** 2 for c in cases)
+        trial = replace(cal, stage3_seconds_per_fetch=k, cpu_adam_params_per_s_per_node=float("inf"))
+        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
+
     grid = [i * 1e-5 for i in range(0, 500)]
-    return min(grid, key=error)
+    return replace(cal, stage3_seconds_per_fetch=round(min(grid, key=error), 7))
 
 
-def predict(c: Features, dense: Dense, k: float, cpu_rate: float) -> float:
-    f, a, h, opt_bytes = dense
-    gpu = c.matmul_s / f + c.attention_s / a + c.traffic_s / h
-    return max(gpu, c.fetches * k) + opt_bytes * c.optimizer_param_s / h + c.pcie_s + c.cpu_adam_params / cpu_rate
-
-
-def fit_cpu_adam(cases: list[Features], dense: Dense, k: float) -> float:
-    """Returns CPU Adam parameters/s: least squares of (t - rest)/t = p/rate/t in 1/rate."""
-    rows = [(c.cpu_adam_params / c.measured_s, 1 - predict(c, dense, k, float("inf")) / c.measured_s) for c in cases]
+def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
+    """Returns CPU Adam parameters/s: least squares of (t - rest)/t = p/rate/t in 1/rate; None without cases."""
+    rest = replace(cal, cpu_adam_params_per_s_per_node=float("inf"))
+    rows = [(c.cpu_adam_params / c.measured_s, 1 - predict(c, rest) / c.measured_s) for c in cases if c.cpu_adam_params]
+    if not rows:
+        return None
     inv = sum(x * y for x, y in rows) / sum(x * x for x, _ in rows)
-    return 1 / inv
+    return 1 / inv if inv > 0 else None
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A calibration fitted on some cases, and the host rates of every host whose runs could show them: CPU
+    Adam where it had offload runs, the ZeRO-3 hook time per fetch where it had host-bound stage-3 runs."""
+
+    calibration: Calibration
+    host_cpu_adam: dict[str, float]
+    host_stage3: dict[str, float] = field(default_factory=dict)
+
+    def for_case(self, c: Features) -> Calibration:
+        """Returns the calibration to predict `c` with: the fitted one, with its host's rates where this fit saw
+        runs of that host that show them (otherwise the reference host's)."""
+        cal = self.calibration
+        rate = self.host_cpu_adam.get(c.host)
+        if rate:
+            cal = cal.with_cpu_adam(rate, "fitted")
+        if c.host in self.host_stage3:
+            cal = replace(cal, stage3_seconds_per_fetch=self.host_stage3[c.host])
+        return cal
+
+
+def host_bound(c: Features, cal: Calibration) -> bool:
+    """Returns whether a stage-3 case's micro-step is set by the host's hooks at `cal` (fetches x seconds per
+    fetch above half the GPU's work): only such cases show the host's per-fetch time."""
+    trial = replace(cal, stage3_seconds_per_fetch=0.0, cpu_adam_params_per_s_per_node=float("inf"))
+    gpu = predict(c, trial) - cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction - c.pcie_s
+    return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu
+
+
+def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
+    """Returns the Fit of `cases`: GPU constants on the reference GPU's runs, CPU Adam per host on all hosts'."""
+    base = base or load_calibration()
+    reference_gpu = reference_gpu or base.reference_gpu
+    ref = [c for c in cases if c.gpu == reference_gpu]
+    dense = fit_dense([c for c in ref if c.strategy in ("0", "1", "2")], base)
+    if dense is None:
+        raise ValueError("no physical fit of stages 0-2 on these cases")
+    cal = fit_stage3([c for c in ref if c.strategy == "3"], dense)
+    rates: dict[str, float] = {}
+    stage3: dict[str, float] = {}
+    reference_host = next((c.host for c in ref), None)
+    for host in sorted({c.host for c in cases}):
+        if host != reference_host:
+            bound = [c for c in cases if c.host == host and c.strategy == "3" and host_bound(c, cal)]
+            if bound:
+                stage3[host] = fit_stage3(bound, cal).stage3_seconds_per_fetch
+        rate = fit_cpu_adam([c for c in cases if c.host == host and "offload" in c.strategy], cal)
+        if rate:
+            rates[host] = rate
+    if reference_host in rates:
+        cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
+    return Fit(cal, rates, stage3)
 
 
 def summary(errors: list[float]) -> str:
@@ -131,51 +240,55 @@ def summary(errors: list[float]) -> str:
     return f"{len(errors):3d} cases, median |error| {statistics.median(absolute):5.1%}, max {max(absolute):5.1%}"
 
 
+def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON) -> None:
+    """Writes the constants of `cal` and the `error` figures into catalog/step_time.json (its _about kept)."""
+    data = json.loads(path.read_text())
+    for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
+                 "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "cpu_adam_params_per_s_per_node",
+                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
+        data[name] = getattr(cal, name)
+    data["error"] = error
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.throughput_check import measured_cases, validate
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
-    parser.add_argument("--gpu", default=throughput.REFERENCE_GPU, help="fit on cases measured on this GPU type")
+    parser.add_argument("--write", action="store_true", help="store the constants and errors in catalog/step_time.json")
+    parser.add_argument("--kernels", type=Path, default=None,
+                        help="benchmarks/kernel_rates.py's JSON: take grouped_gemm_fraction from it (measured, not fitted)")
     args = parser.parse_args(argv)
-    gpu = find_gpu(args.gpu)
-    cases = [features(c) for c in measured_cases(args.min_tokens) if c.gpu.name == gpu.name and c.method == "full"]
-    dense = [c for c in cases if c.strategy in ("0", "1", "2")]
-    stage3 = [c for c in cases if c.strategy == "3"]
-    offload = [c for c in cases if "offload" in c.strategy]
-    fitted = fit_dense(dense)
-    assert fitted is not None, "no physical fit of stages 0-2"
-    f, a, h, opt_bytes = fitted
-    k = fit_stage3(stage3, fitted)
-    cpu_rate = fit_cpu_adam(offload, fitted, k) if offload else throughput.CPU_ADAM_PARAMS_PER_S_PER_NODE
-    print(f"fitted on {len(cases)} {gpu.name} cases (>= {args.min_tokens} tokens per micro-step):")
-    print(f"  achieved matmul      {f:.2f} of peak = {f * gpu.peak_dense_tflops_16bit:.0f} TFLOP/s   (catalog achieved_matmul_tflops_16bit)")
-    print(f"  achieved attention   {a:.2f} of peak = {a * gpu.peak_dense_tflops_16bit:.0f} TFLOP/s   (catalog achieved_attention_tflops_16bit)")
-    print(f"  achieved HBM         {h:.2f} of peak = {h * gpu.memory_bandwidth_bytes_per_s:.3g} B/s (catalog achieved_memory_bandwidth_bytes_per_s)")
-    print(f"  optimizer            {opt_bytes:.0f} bytes per trainable parameter per step       (OPTIMIZER_BYTES_PER_PARAM)")
-    print(f"  stage 3              {k * 1e3:.2f} ms host time per fetched tensor            (STAGE3_SECONDS_PER_FETCH)")
-    print(f"  CPU Adam             {cpu_rate:.3g} params/s per node                        (CPU_ADAM_PARAMS_PER_S_PER_NODE)")
-
-    def errors(subset: list[Features], fit: Dense) -> list[float]:
-        return [predict(c, fit, k, cpu_rate) / c.measured_s - 1 for c in subset]
-
+    base = load_calibration()
+    if args.kernels:
+        measured = json.loads(args.kernels.read_text()).get("grouped_gemm_fraction")
+        if measured:
+            base = replace(base, grouped_gemm_fraction=float(measured))
+    cases = [features(c, base) for c in measured_cases(args.min_tokens) if c.method == "full"]
+    result = fit(cases, base)
+    cal = result.calibration
+    ref = [c for c in cases if c.gpu == cal.reference_gpu]
+    print(f"fitted on {len(ref)} {cal.reference_gpu} cases (>= {args.min_tokens} tokens per micro-step):")
+    print(f"  achieved matmul      {cal.matmul_fraction:.2f} of peak   (matmul_fraction)")
+    print(f"  achieved attention   {cal.attention_fraction:.3f} of peak  (attention_fraction)")
+    print(f"  achieved HBM         {cal.memory_fraction:.3f} of peak  (memory_fraction)")
+    print(f"  optimizer            {cal.optimizer_bytes_per_param:.0f} bytes per trainable parameter per step")
+    print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
+    for host, rate in result.host_cpu_adam.items():
+        print(f"  CPU Adam             {rate:.3g} params/s per node on the {host} host")
+    for host, seconds in result.host_stage3.items():
+        print(f"  stage 3 on {host:8s} {seconds * 1e3:.2f} ms host time per fetched tensor")
     print("\nstep time predicted / measured - 1 with these constants (tokens/s error is about the same, sign flipped):")
-    for label, subset in (("stages 0-2", dense), ("stage 3", stage3), ("offload", offload), ("all", cases)):
-        print(f"  {label:12s} {summary(errors(subset, fitted))}")
-    print("\nheld out: stages 0-2 refitted without some families, checked on those (stage-3/CPU constants kept):")
-    # One family alone cannot be fitted (llama ran at one seq_len only, so attention and matmul are
-    # collinear; the others have 2-3 cases each): hold out whole families instead.
-    families = sorted({c.family for c in cases})
-    for held in (["llama"], ["qwen"], [f for f in families if f not in ("llama", "qwen")]):
-        train = [c for c in dense if c.family not in held]
-        fit = fit_dense(train)
-        if fit is None:
-            print(f"  without {'+'.join(held)}: no physical fit")
-            continue
-        print(f"  fit without {'+'.join(held)} ({len(train)} cases): matmul {fit[0]:.2f} attention {fit[1]:.2f}"
-              f" HBM {fit[2]:.2f} optimizer {fit[3]:.0f} B")
-        for label, subset in (("stages 0-2", dense), ("stage 3", stage3), ("offload", offload)):
-            test = [c for c in subset if c.family in held]
-            if test:
-                print(f"    held out {label:10s} {summary(errors(test, fit))}   (in-sample: {summary(errors([c for c in subset if c.family not in held], fit))})")
+    for label, subset in (("stages 0-2", [c for c in ref if c.strategy in ("0", "1", "2")]),
+                          ("stage 3", [c for c in ref if c.strategy == "3"]),
+                          ("offload", [c for c in cases if "offload" in c.strategy]), ("all", cases)):  # fmt: skip
+        print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
+    if args.write:
+        error = validate(measured_cases(args.min_tokens), quiet=True, base=cal)
+        write_calibration(cal, error)
+        print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "
+              f"max {error['out_of_family_max']:.1%}")  # fmt: skip
     return 0
 
 

@@ -190,3 +190,10 @@ def _remove_leaked_deepspeed_shm_buffers():
                 path.unlink()
         except OSError:
             pass
+
+
+@pytest.fixture(autouse=True)
+def _no_host_measurement(monkeypatch):
+    """zero-plan --gpus auto measures the host's CPU Adam rate in a child process (host_rates.py); tests that
+    want it patch the measurement instead."""
+    monkeypatch.setenv("ZERO_PLANNER_MEASURE_HOST", "0")

@@ -64,6 +64,8 @@ def test_borrowed_activations_equal_the_trace(name):
 def test_twins_of_the_benchmark_configs():
     assert {name: catalog_twin(BENCHMARK_CONFIGS[name]) for name in TWINNED} == {
         "llama3.2-1b.json": "llama-3.2-1b", "llama3.2-3b.json": "llama-3.2-3b", "mistral-7b-8l.json": "mistral-7b-v0.1",
+        "mistral-7b.json": "mistral-7b-v0.3", "mistral-7b-v0.1.json": "mistral-7b-v0.1",
+        "qwen2.5-3b.json": "qwen2.5-3b", "qwen2.5-7b.json": "qwen2.5-7b", "qwen2.5-14b.json": "qwen2.5-14b",
         "qwen2.5-0.5b.json": "qwen2.5-0.5b", "qwen2.5-1.5b.json": "qwen2.5-1.5b", "qwen3-1.7b.json": "qwen3-1.7b",
         "phi3-mini.json": "phi-3-mini-4k", "gemma2-2b.json": "gemma-2-2b", "gpt2-large.json": "gpt2-large",
         "gpt2-medium.json": "gpt2-medium",

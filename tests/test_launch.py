@@ -261,3 +261,126 @@ def test_weights_missing_offline_are_refused_before_launch(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert "huggingface-cli download nobody/not-cached-zp" in err and "--init random" in err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+# --- several nodes: one zero-run per node (--node-rank) ---
+
+
+def test_per_node_argv_is_deepspeeds_per_node_launcher():
+    from deepspeed.launcher.runner import encode_world_info as deepspeeds
+
+    argv, env = build_launch(gpu_plan(nodes=2, gpus_per_node=8), plan_path="/p/plan.json", node_rank=1,
+                             master_addr="10.0.0.1", master_port=29600)  # fmt: skip
+    world = {"node0": list(range(8)), "node1": list(range(8))}
+    # What `deepspeed --no_ssh --node_rank 1` runs (runner.py main), with DeepSpeed's own world encoding.
+    assert argv == ["python", "-u", "-m", "deepspeed.launcher.launch", f"--world_info={deepspeeds(world)}",
+                    "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29600",
+                    "--module", "zero_planner.train", "--plan", "/p/plan.json"]  # fmt: skip
+    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert runnable(argv, python="/venv/bin/python")[:4] == ["/venv/bin/python", "-u", "-m", "deepspeed.launcher.launch"]
+
+
+def world_of(argv: list[str]) -> dict:
+    import base64
+
+    value = next(a for a in argv if a.startswith("--world_info="))[len("--world_info="):]
+    return json.loads(base64.urlsafe_b64decode(value))
+
+
+def test_per_node_uses_this_nodes_visible_gpus():
+    visible = ["4", "5", "6", "7", "0", "1", "2", "3"]
+    argv, _ = build_launch(gpu_plan(nodes=2, gpus_per_node=4), plan_path="p", node_rank=0, master_addr="a",
+                           visible_devices=visible)  # fmt: skip
+    assert world_of(argv) == {"node0": ["4", "5", "6", "7"], "node1": [0, 1, 2, 3]}  # SLURM may hand out 4-7
+    argv, _ = build_launch(make_plan(gpu="cpu", nodes=2, gpus_per_node=1), plan_path="p", node_rank=1,
+                           master_addr="a", visible_devices=visible)  # fmt: skip
+    assert world_of(argv) == {"node0": [0], "node1": [0]}  # CPU processes: no devices to pick
+
+
+def test_dry_run_per_node(plan_file, capsys):
+    path = plan_file(gpu="cpu", nodes=2, gpus_per_node=1)
+    assert main([str(path), "--dry-run", "--node-rank", "1", "--master-addr", "node-a", "--max-steps", "3"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"DS_ACCELERATOR=cpu {sys.executable} -u -m deepspeed.launcher.launch --world_info=")
+    assert first.endswith(f"--node_rank=1 --master_addr=node-a --master_port=29500 --module zero_planner.train "
+                          f"--plan {path} --max-steps 3")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv_tail, message",
+    [
+        (["--node-rank", "2", "--master-addr", "a"], "--node-rank 2 is not a node of this plan: use 0..1 (nodes(2))"),
+        (["--node-rank", "1"], "--node-rank needs --master-addr: the address of node 0"),
+        (["--node-rank", "x"], "argument --node-rank: 'x' is not a node index"),
+        (["--node-rank", "0", "--master-addr", "a", "--hostfile", "h"], "--hostfile starts every node from one"),
+        (["--submit"], "--submit submits the script that --slurm writes: add --slurm"),
+        (["--slurm-option=--partition=gpu"], "add --slurm"),
+        (["--slurm", "--node-rank", "0"], "drop --node-rank"),
+        (["--master-wait", "5"], "it goes with --node-rank or --slurm"),
+        (["--node-rank", "0", "--master-addr", "a", "--probe-only"], "--probe runs the candidates on this machine"),
+        (["--node-ran", "0"], "unrecognized arguments: --node-ran 0"),  # no abbreviations: allow_abbrev=False
+    ],
+)
+def test_bad_multi_node_input_exits_2_in_one_line(plan_file, tmp_path, capsys, argv_tail, message):
+    (tmp_path / "h").write_text("a slots=1\nb slots=1\n")
+    argv_tail = [str(tmp_path / "h") if a == "h" else a for a in argv_tail]
+    assert main([str(plan_file(gpu="cpu", nodes=2, gpus_per_node=1)), "--dry-run", *argv_tail]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_node0_serves_the_rendezvous_from_its_own_free_port():
+    import socket
+
+    port = launch.free_port()
+    assert launch.check_rendezvous(0, "127.0.0.1", port) is None
+    with socket.socket() as busy:
+        busy.bind(("", port))
+        busy.listen()
+        assert launch.check_rendezvous(0, "127.0.0.1", port) == (f"--master-port {port} is in use on node 0 "
+                                                                 "(another run?): choose another port")  # fmt: skip
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): no machine has it
+    assert "is not an address of this machine" in launch.check_rendezvous(0, "192.0.2.1", port)
+
+
+def test_other_nodes_wait_for_node0_then_say_why(monkeypatch):
+    import socket
+
+    port = launch.free_port()
+    said = []
+    problem = launch.check_rendezvous(1, "127.0.0.1", port, wait_s=1, say=said.append)
+    assert problem == (f"node 0's rendezvous 127.0.0.1:{port} refused connections for 1 s: start node 0 "
+                       "(--node-rank 0) with the same --master-port, or wait longer (--master-wait)")  # fmt: skip
+    assert said == [f"zero-run: node 1: waiting up to 1 s for node 0's rendezvous at 127.0.0.1:{port}"]
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        assert launch.check_rendezvous(1, "127.0.0.1", port, wait_s=1) is None
+
+    def silent(*args, **kwargs):
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    assert "did not answer within 1 s" in launch.check_rendezvous(2, "127.0.0.1", port, wait_s=1, say=said.append)
+
+    def unknown(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    assert launch.check_rendezvous(1, "node-zz", port) == ("--master-addr 'node-zz' does not resolve on this node "
+                                                           "(Name or service not known)")  # fmt: skip
+
+
+def test_node_refuses_to_start_without_node0_or_its_gpus(plan_file, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: ROOMY)
+    path = plan_file(gpu="H100", nodes=2, gpus_per_node=8, gpu_memory_bytes=80 * 10**9)
+    port = str(launch.free_port())
+    assert main([str(path), "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port,
+                 "--master-wait", "1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"zero-run: refusing to launch: node 1: node 0's rendezvous 127.0.0.1:{port} refused")
+    four = Machine(gpus=ROOMY.gpus[:4], host_available_bytes=500 * GIB, disk_free_bytes=10**12)
+    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: four)
+    assert main([str(path), "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", port]) == 2
+    assert capsys.readouterr().err == ("zero-run: refusing to launch: node 0: the plan needs 8 GPUs per node (H100); "
+                                       "this machine has 4\n")  # fmt: skip

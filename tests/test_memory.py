@@ -309,18 +309,20 @@ def test_workspace_by_gpu_generation():
 def test_expandable_segments_total_is_the_peak_plus_context():
     """zero-run launches with expandable segments: the cache is returned on demand, so what must fit is the
     peak allocation plus context (and NCCL on several GPUs); the default allocator's fragmented figure is kept."""
-    from zero_planner.memory import CUDA_CONTEXT_BYTES, NCCL_BUFFERS_ASSUMED_BYTES
+    from zero_planner.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.nccl import nccl_buffer_bytes
 
     one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
     assert one.total_bytes == one.floor_bytes == one.peak_allocated_bytes + CUDA_CONTEXT_BYTES
     assert one.overhead_bytes == CUDA_CONTEXT_BYTES
     assert one.fragmented_total_bytes > one.total_bytes
     two = estimate_memory(llama(), STRATEGIES["2"], workload(2, micro_batch_size=2, seq_len=2048), gpu_name="H100")
-    assert two.total_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + NCCL_BUFFERS_ASSUMED_BYTES
+    assert two.total_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + nccl_buffer_bytes(2, 2)
 
 
 def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():
-    from zero_planner.memory import CUDA_CONTEXT_BYTES, NCCL_BUFFERS_ASSUMED_BYTES
+    from zero_planner.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.nccl import nccl_buffer_bytes
     from zero_planner.planner import why_not
 
     default_allocator = dict(expandable_segments=False)
@@ -330,7 +332,7 @@ def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():
     assert one.total_bytes == one.fragmented_total_bytes
     two = estimate_memory(llama(), STRATEGIES["2"], workload(2, micro_batch_size=2, seq_len=2048, **default_allocator),
                           gpu_name="H100")  # fmt: skip
-    assert two.floor_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + NCCL_BUFFERS_ASSUMED_BYTES
+    assert two.floor_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + nccl_buffer_bytes(2, 2)
     between = (one.floor_bytes + one.total_bytes) // 2
     assert "allocator cache" in why_not(one, between, 2**50)
     assert "allocator cache" not in why_not(one, one.floor_bytes - 1, 2**50)

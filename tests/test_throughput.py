@@ -98,13 +98,25 @@ def test_checkpointing_recomputes_the_layers_not_the_lm_head():
     assert throughput.attention_flops(TOY, work(gradient_checkpointing=True)) == pytest.approx(1.6e11)
 
 
-def test_measured_gpu_uses_its_own_rates_others_scale_their_peaks():
+def test_every_gpu_scales_its_peaks_by_the_reference_gpus_measured_fractions():
+    cal = throughput.load_calibration()
     h100, a100 = find_gpu("H100"), find_gpu("A100-80GB")
-    assert throughput.matmul_flops_per_s(h100, "bf16") == h100.achieved_matmul_tflops_16bit * 1e12
-    assert throughput.memory_bytes_per_s(h100) == h100.achieved_memory_bandwidth_bytes_per_s
-    ratio = h100.achieved_matmul_tflops_16bit / h100.peak_dense_tflops_16bit
-    assert throughput.matmul_flops_per_s(a100, "bf16") == pytest.approx(a100.peak_dense_tflops_16bit * 1e12 * ratio)
-    assert 0.3 < ratio <= throughput.MAX_MATMUL_FRACTION
+    assert cal.reference_gpu == h100.name
+    for gpu in (h100, a100):
+        assert throughput.matmul_flops_per_s(gpu, "bf16") == gpu.peak_dense_tflops_16bit * 1e12 * cal.matmul_fraction
+        assert throughput.memory_bytes_per_s(gpu) == gpu.memory_bandwidth_bytes_per_s * cal.memory_fraction
+    assert 0.3 < cal.matmul_fraction <= throughput.MAX_MATMUL_FRACTION
+    assert 0 < cal.memory_fraction <= 1 and 0 < cal.attention_fraction <= 1
+
+
+def test_a_refitted_calibration_replaces_every_constant():
+    cal = throughput.load_calibration()
+    slower = replace(cal, matmul_fraction=cal.matmul_fraction / 2, attention_fraction=cal.attention_fraction / 2,
+                     memory_fraction=cal.memory_fraction / 2)
+    base = estimate_step_time(TOY, STRATEGIES["0"], GPU, work())
+    half = estimate_step_time(TOY, STRATEGIES["0"], GPU, work(), slower)
+    assert half.compute_s == pytest.approx(2 * base.compute_s)
+    assert half.optimizer_s == pytest.approx(2 * base.optimizer_s)
 
 
 def test_larger_vocabulary_costs_more_time_per_token():
@@ -245,3 +257,58 @@ def test_stage3_offload_brings_parameters_up_from_pageable_memory():
     copy = 2 * trainable_params(TOY, w) / STAGE3_OFFLOAD_COPY_BYTES_PER_S
     assert three.offload_s == pytest.approx(two.offload_s + copy)
 
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3.2-1B", "microsoft/Phi-3-mini-4k-instruct", "gpt2-medium",
+                                  "mistralai/Mixtral-8x7B-v0.1", "google/gemma-2-2b", "Qwen/Qwen2.5-0.5B"])
+def test_gemm_shapes_reconcile_with_the_exact_parameter_count(name):
+    # The GEMMs are the standard projections; their FLOPs must be the matmul FLOPs of the exact count (GPT-2's
+    # position table is a lookup, 0.4% of its parameters).
+    spec = load_model_spec(name)
+    for ckpt in (False, True):
+        w = work(micro_batch_size=2, seq_len=512, gradient_checkpointing=ckpt)
+        assert sum(g.flops for g in throughput.gemms(spec, w)) == pytest.approx(throughput.matmul_flops(spec, w), rel=5e-3)
+
+
+def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:
+    """A mixture of experts with the TOY's attention and `experts` routed experts of width `intermediate`."""
+    return replace(TOY, model_type="mixtral", num_experts=experts, num_experts_per_tok=top_k,
+                   intermediate_size=intermediate, linear=None,
+                   num_params=TOY.num_params)  # fmt: skip
+
+
+def test_small_experts_are_held_back_by_the_bytes_they_move():
+    # Same active FLOPs per token (top-k x width equal) on the H100 (ridge ~400 FLOP/B at the measured rates),
+    # 4,096 tokens: 8 experts top-2 of width 3,000 see 1,024 tokens each and are bound by their FLOPs; 128
+    # experts top-8 of width 750 see 256 tokens each, read their whole weight in every pass, and are bound by
+    # the bytes (roofline): the same FLOPs take about twice as long.
+    h100 = find_gpu("H100")
+    w = work(micro_batch_size=4, seq_len=1024)
+    rate, bandwidth = throughput.matmul_flops_per_s(h100, "bf16"), throughput.memory_bytes_per_s(h100)
+
+    def expert_seconds(spec: ModelSpec) -> tuple[float, float]:
+        grouped = [g for g in throughput.gemms(spec, w) if g.grouped]
+        return sum(g.flops for g in grouped) / rate, sum(max(g.flops / rate, g.bytes / bandwidth) for g in grouped)
+
+    (few_flops, few_s), (many_flops, many_s) = expert_seconds(_moe(8, 2, 3000)), expert_seconds(_moe(128, 8, 750))
+    assert few_flops == pytest.approx(many_flops)
+    assert few_s < 1.1 * few_flops
+    assert many_s > 1.7 * many_flops
+
+
+def test_routing_and_permutation_bytes_grow_with_top_k_and_vanish_for_dense_models():
+    w = work(micro_batch_size=2, seq_len=1024)
+    assert throughput.moe_traffic_bytes(TOY, w) == 0
+    two, eight = throughput.moe_traffic_bytes(_moe(32, 2, 1000), w), throughput.moe_traffic_bytes(_moe(32, 8, 1000), w)
+    assert 3.5 < eight / two < 4  # the per-token rows and the router's softmax do not grow with k
+    recomputed = throughput.moe_traffic_bytes(_moe(32, 8, 1000), work(micro_batch_size=2, seq_len=1024, gradient_checkpointing=True))
+    assert eight < recomputed < 2 * eight  # the forward runs again, the backward does not
+
+
+def test_a_sliding_window_the_sequence_reaches_costs_mask_bytes():
+    # Phi-3-mini: window 2047, 32 heads. At 1,024 tokens SDPA runs causal without a mask; at 4,096 each layer's
+    # bias is written and read by every head, forward and backward.
+    phi3 = load_model_spec("microsoft/Phi-3-mini-4k-instruct")
+    assert throughput.attention_mask_bytes(phi3, work(seq_len=1024)) == 0
+    at_4k = throughput.attention_mask_bytes(phi3, work(seq_len=4096))
+    assert at_4k == 32 * 4096 * 4096 * (1 + 2 + 32 * 2 + 32 * 2)

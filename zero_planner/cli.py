@@ -2,8 +2,10 @@
 
     zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 [-o plan.json] [--json]
     zero-plan --model gpt2 --gpus 1xT4 --ds-config my_ds.json      # will my existing config fit?
+    zero-plan --model M --compare 1xH100,2xA100-80GB,4xRTX4090 --tokens 2B [--price H100=2.5,...]
 
-Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input (one line on stderr).
+Exit status: 0 a plan fits (with --compare: on some cluster), 1 nothing fits (the output says what would), 2 bad
+input (one line on stderr).
 What people see is render.py's (bytes become GiB there); this module parses, plans and writes files. No torch,
 transformers, peft or deepspeed import on the catalog path: `--validate` imports deepspeed, a model outside
 the catalog torch and transformers the first time (models/trace_cache.py), `--gpus auto` torch only where
@@ -77,7 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="Hugging Face hub id, local model folder, path to config.json, or a built-in catalog name "
         "(required unless --from-axolotl/--from-llamafactory names it)",
     )
-    parser.add_argument("--gpus", required=True, help=f"the GPUs: {GPU_SPEC_FORMS}")
+    parser.add_argument("--gpus", default=None, help=f"the GPUs: {GPU_SPEC_FORMS} (required unless --compare)")
+    parser.add_argument(
+        "--compare",
+        default=None,
+        metavar="CLUSTERS",
+        help="instead of --gpus: plan on each of these clusters (comma-separated --gpus forms, e.g. "
+        "1xH100,2xA100-80GB,4xRTX4090) and rank them by the time to train --tokens, with each one's best plan",
+    )
+    parser.add_argument(
+        "--tokens",
+        type=_tokens,
+        default=None,
+        metavar="N",
+        help="with --compare: tokens to train (2e9, 2B, 500M; default 1B): sets the time and cost columns",
+    )
+    parser.add_argument(
+        "--price",
+        default=None,
+        metavar="GPU=PRICE,...",
+        help="with --compare: price per GPU-hour of each GPU type (H100=2.5,A100-80GB=1.8): adds the cost",
+    )
     parser.add_argument(
         "--seq-len",
         type=positive_int,
@@ -208,6 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tokens(text: str) -> int:
+    from zero_planner.compare import parse_tokens
+
+    try:
+        return parse_tokens(text)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("bad --tokens value ")) from None
+
+
 def _dropout(text: str) -> float:
     return parsed_number(text, float, lambda v: 0 <= v < 1, f"{text!r} is not a probability in [0, 1)")
 
@@ -237,12 +268,19 @@ def run(args: argparse.Namespace) -> int:
     from zero_planner import planner, probe
     from zero_planner.models.spec import load_model_spec
 
+    if args.compare is not None:
+        return run_compare(args)
+    if args.tokens is not None or args.price is not None:
+        raise InputError("--tokens and --price go with --compare CLUSTERS (rank clusters by time and cost)")
+    if args.gpus is None:
+        raise InputError("the following argument is required: --gpus (or --compare CLUSTERS)")
     probe.check_zero_plan_args(args)
     imported = _imported(args)
     if args.model is None:
         raise InputError("the following argument is required: --model (or --from-axolotl/--from-llamafactory "
                          "with a base model in the YAML)")  # fmt: skip
     cluster = parse_gpus(args.gpus, args.cpu_mem)
+    calibration, host_note = _host_calibration(args)
     ds_config = planner.read_ds_config(args.ds_config) if args.ds_config else None
     if imported is not None:
         ds_config, args.seq_len = imported.ds_config, imported.seq_len
@@ -251,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--loop-keeps-outputs describes your own training loop: give it with --ds-config or "
                          "--from-axolotl/--from-llamafactory (zero-run's loop keeps only the loss)")  # fmt: skip
     pretrained = loads_weights(spec, args.init)
-    notes = []
+    notes = [host_note] if host_note else []
     seq_len = args.seq_len
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
@@ -281,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
             num_labels=args.num_labels,
             pretrained=pretrained,
             keeps_outputs=args.loop_keeps_outputs,
+            calibration=calibration,
         )
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
@@ -301,6 +340,7 @@ def run(args: argparse.Namespace) -> int:
             lora=_lora_info(args),
             num_labels=args.num_labels,
             pretrained=pretrained,
+            calibration=calibration,
         )
         result.notes[:0] = notes
         if result.plan is not None:
@@ -342,6 +382,92 @@ def run(args: argparse.Namespace) -> int:
     if fits and args.probe is not None:
         return probe.zero_plan(args, written[0])
     return EXIT_FITS if fits else EXIT_NOTHING_FITS
+
+
+COMPARE_TOKENS = 10**9
+"""--compare without --tokens: the time and cost of one billion tokens."""
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Plans the model on every --compare cluster, prints them ranked by time to train --tokens (and cost with
+    --price); returns 0 when some cluster fits, 1 when none does."""
+    from zero_planner import compare
+    from zero_planner.models.spec import load_model_spec
+
+    given = [flag for flag, value in (("--gpus", args.gpus), ("--ds-config", args.ds_config),
+                                      ("--from-axolotl", args.from_axolotl),
+                                      ("--from-llamafactory", args.from_llamafactory), ("-o", args.output),
+                                      ("--export", args.export), ("--probe", args.probe),
+                                      ("--validate", args.validate or None)) if value is not None]  # fmt: skip
+    if given:
+        raise InputError(f"--compare ranks clusters and writes nothing: drop {', '.join(given)} (then plan the "
+                         f"cluster you pick with --gpus)")  # fmt: skip
+    if args.model is None:
+        raise InputError("the following argument is required: --model")
+    clusters = compare.parse_clusters(args.compare, args.cpu_mem)
+    prices = compare.parse_prices(args.price) if args.price is not None else {}
+    tokens = args.tokens or COMPARE_TOKENS
+    spec = load_model_spec(args.model)
+    notes = []
+    seq_len = args.seq_len
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+        if seq_len < DEFAULT_SEQ_LEN:
+            notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
+    calibrations = {}
+    for label, _ in clusters:
+        if label.strip().lower() == "auto":
+            args.gpus = label
+            calibration, note = _host_calibration(args)
+            args.gpus = None
+            if calibration is not None:
+                calibrations[label] = calibration
+            notes += [note] if note else []
+    rows = compare.compare(spec, clusters, tokens=tokens, prices=prices, calibrations=calibrations, seq_len=seq_len,
+                           micro_batch=args.micro_batch, global_batch=args.global_batch, grad_ckpt=args.grad_ckpt,
+                           precision=args.precision, stage=args.stage, method=args.method, task=args.task,
+                           model_name=args.model, lora=_lora_info(args), num_labels=args.num_labels)  # fmt: skip
+    fits = any(row.fits for row in rows)
+    if args.json:
+        from zero_planner.plan import SCHEMA_VERSION
+        from zero_planner.throughput import load_calibration
+
+        cal = load_calibration()
+        print(json.dumps({
+            "schema_version": SCHEMA_VERSION, "model": {"name": args.model, "params": spec.num_params},
+            "tokens": tokens, "seq_len": seq_len,
+            "tokens_per_second_error": {"median": cal.median_error, "max": cal.max_error,
+                                        "what": "out of family: architectures left out of the fit"},
+            "clusters": [compare.row_json(row) for row in rows], "notes": notes,
+        }, indent=2))  # fmt: skip
+        return EXIT_FITS if fits else EXIT_NOTHING_FITS
+    from zero_planner import render
+
+    console = render.make_console(wide=args.wide)
+    render.print_comparison(console, rows, spec_name=args.model, spec=spec, tokens=tokens, seq_len=seq_len,
+                            notes=notes)  # fmt: skip
+    return EXIT_FITS if fits else EXIT_NOTHING_FITS
+
+
+def _host_calibration(args: argparse.Namespace):
+    """Returns (step-time calibration, note) for this plan: with --gpus auto, the committed constants with this
+    machine's CPU Adam rate (measured once in a child process and cached: zero_planner/host_rates.py; the
+    measurement is announced on stderr); otherwise (None, None): the catalog's rate, the H100 host's."""
+    if args.gpus.strip().lower() != "auto":
+        return None, None
+    from zero_planner import host_rates
+    from zero_planner.throughput import load_calibration
+
+    cal = load_calibration()
+    rate = host_rates.cpu_adam_rate(say=lambda text: print(f"{PROG}: {text}", file=sys.stderr, flush=True))
+    if rate is None:
+        return None, (f"CPU Adam rate of this machine not measured (DeepSpeed's CPU op unavailable, or "
+                      f"{host_rates.MEASURE_ENV}=0): offload steps use the catalog's {cal.cpu_adam_params_per_s_per_node:.3g} "
+                      f"parameters/s ({cal.reference_gpu} host)")  # fmt: skip
+    note = (f"CPU Adam on this machine: {rate.cpu_adam_params_per_s:.3g} parameters/s (measured {rate.date}, "
+            f"{rate.cores} cores, cached), used for offload steps; the catalog's {cal.reference_gpu} host: "
+            f"{cal.cpu_adam_params_per_s_per_node:.3g}")  # fmt: skip
+    return cal.with_cpu_adam(rate.cpu_adam_params_per_s), note
 
 
 def _imported(args: argparse.Namespace):

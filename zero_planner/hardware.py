@@ -52,18 +52,6 @@ class GPU:
     """What `intra_node_bandwidth_bytes_per_s` measures: `nvlink`, `infinity-fabric`, `pcie` or `host`."""
     nvidia_smi_total_mib: int | None = None
     """nvidia-smi's `memory.total` where known."""
-    achieved_matmul_tflops_16bit: float | None = None
-    """MEASURED: the bf16/fp16 matmul rate a training step reaches (TFLOP/s), fitted by
-    benchmarks/throughput_fit.py from committed runs; None where nobody measured this GPU (throughput.py then
-    scales the peak by the measured GPU's ratio)."""
-    achieved_attention_tflops_16bit: float | None = None
-    """MEASURED: the rate SDPA attention kernels get through the attention FLOPs as throughput.py counts them
-    (causal mask not discounted), fitted like achieved_matmul_tflops_16bit; None where not measured."""
-    achieved_memory_bandwidth_bytes_per_s: int | None = None
-    """MEASURED: the device-memory rate the step's memory-bound (elementwise) kernels reach, fitted like
-    achieved_matmul_tflops_16bit; None where not measured."""
-    throughput_source: str | None = None
-    """Provenance of the achieved_* figures: GPU, software versions, date, result files."""
 
     @property
     def is_cpu(self) -> bool:

@@ -2,6 +2,13 @@
 
     zero-run PLAN.json [--dry-run] [--hostfile FILE] [--max-steps N] [--output-dir DIR] [--resume]
     zero-run PLAN.json --script TRAIN.py -- ARGS...
+    zero-run PLAN.json --node-rank N --master-addr ADDR [--master-port P]     (on every node, N = 0..nodes-1)
+    zero-run PLAN.json --slurm [--submit] [--slurm-option=--partition=gpu ...]
+
+Several nodes, three ways: a hostfile (DeepSpeed's runner reaches the other nodes through pdsh/ssh); one
+zero-run per node started by whatever starts processes there (`--node-rank`: DeepSpeed's per-node launcher,
+what `deepspeed --no_ssh --node_rank` runs); `--slurm`, an sbatch script whose srun starts that per-node
+command on every node (slurm.py).
 
 The command and its environment come from one pure function, `build_launch` (argv, env); `launch_command`
 is what the planner stores in `launch.command`. `_spawn` is the only place a process is started. No torch
@@ -11,6 +18,7 @@ or deepspeed import at module level: zero-run must start fast and `--dry-run` ne
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -18,22 +26,29 @@ import shlex
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zero_planner import checkpoint as ckpt
+from zero_planner import slurm
 from zero_planner.checkpoint import DiskNeed, disk_need, exports_merged_model
 from zero_planner.dsconfig import monitors_enabled
 from zero_planner.errors import InputError
 from zero_planner.memory import ALLOC_CONF
 from zero_planner.plan import Plan, load_plan
-from zero_planner.training_args import add_training_arguments, apply_training_args, given
+from zero_planner.training_args import add_training_arguments, apply_training_args, given, positive_int
 
 LAUNCHER_MODULE = "deepspeed.launcher.runner"
 """What the `deepspeed` console script runs. zero-run runs it as a module of its own interpreter, so a
 `deepspeed` script missing from PATH (a venv not activated) or another environment's one never matters."""
-DEFAULT_MASTER_PORT = 29500  # DeepSpeed's own default; zero-run picks a free port at run time instead
+NODE_LAUNCHER_MODULE = "deepspeed.launcher.launch"
+"""DeepSpeed's per-node launcher: starts one node's ranks given every node's slots (`--world_info`) and this
+node's index. Its runner runs exactly this for `deepspeed --no_ssh --node_rank N` (runner.py main)."""
+DEFAULT_MASTER_PORT = 29500  # DeepSpeed's own default; one node: zero-run picks a free port at run time instead
+MASTER_WAIT_S = 300
+"""How long a node other than 0 waits for node 0's rendezvous port before refusing to start (seconds)."""
 TRAIN_MODULE = "zero_planner.train"
 DS_CONFIG_NAME = "ds_config.json"
 CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
@@ -67,6 +82,12 @@ def parse_hostfile(text: str) -> list[tuple[str, int]]:
     return hosts
 
 
+def encode_world_info(world: dict[str, list]) -> str:
+    """Returns DeepSpeed's `--world_info`: {node: [device ids]} as URL-safe base64 JSON (runner.py
+    encode_world_info). The per-node launcher numbers ranks node by node in this order."""
+    return base64.urlsafe_b64encode(json.dumps(world).encode("utf-8")).decode("utf-8")
+
+
 def build_launch(
     plan: Plan,
     *,
@@ -83,17 +104,24 @@ def build_launch(
     resume: bool = False,
     config_flag: str = "--deepspeed_config",
     overrides: Sequence[str] = (),
+    node_rank: int | None = None,
+    visible_devices: Sequence[str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """Returns (argv, env): the `deepspeed` launcher argument list and the environment variables it adds.
+    """Returns (argv, env): the launcher argument list and the environment variables it adds.
 
-    One node: `--num_gpus`. Several (plan.hardware.nodes > 1 or a hostfile): `--hostfile`, `--num_nodes`,
-    `--num_gpus` per node and `--master_addr` (default: the hostfile's first host, from `hosts`).
+    One node: `deepspeed --num_gpus`. Several (plan.hardware.nodes > 1 or a hostfile): `--hostfile`,
+    `--num_nodes`, `--num_gpus` per node and `--master_addr` (default: the hostfile's first host, from `hosts`).
+    node_rank: this node's ranks only, through DeepSpeed's per-node launcher (`python -u -m
+    deepspeed.launcher.launch --world_info=... --node_rank=N`); `visible_devices` (this node's
+    CUDA_VISIBLE_DEVICES, GPU plans) name its devices, else 0..gpus_per_node-1.
     `overrides`: training flags (training_args.given) passed on to zero-run's own trainer.
     """
     hw = plan.hardware
     nodes = num_nodes or hw.nodes
     argv = ["deepspeed"]
-    if nodes > 1 or hostfile:
+    if node_rank is not None:
+        argv = _node_launcher(hw, nodes, node_rank, hostfile, master_addr, master_port, visible_devices)
+    elif nodes > 1 or hostfile:
         if not hostfile:
             raise InputError(f"the plan is for {nodes} nodes; pass --hostfile FILE listing them ('HOST slots=N')")
         if hosts is not None:
@@ -112,7 +140,8 @@ def build_launch(
         argv += ["--num_gpus", str(hw.gpus_per_node)]
         if master_addr:
             argv += ["--master_addr", master_addr]
-    argv += ["--master_port", str(master_port or DEFAULT_MASTER_PORT)]
+    if node_rank is None:
+        argv += ["--master_port", str(master_port or DEFAULT_MASTER_PORT)]
 
     if script is not None:
         if config_flag not in CONFIG_FLAGS:
@@ -140,11 +169,31 @@ def build_launch(
     return argv, env
 
 
+def _node_launcher(hw, nodes: int, node_rank: int, hostfile: str | None, master_addr: str | None,
+                   master_port: int | None, visible_devices: Sequence[str] | None) -> list[str]:  # fmt: skip
+    """Returns the head of the per-node launcher's argument list (build_launch with node_rank)."""
+    if hostfile:
+        raise InputError("--node-rank starts this node's ranks only; --hostfile starts every node from one "
+                         "(through pdsh/ssh): give one of them")  # fmt: skip
+    if not 0 <= node_rank < nodes:
+        raise InputError(f"--node-rank {node_rank} is not a node of this plan: use 0..{nodes - 1} (nodes({nodes}))")
+    if not master_addr:
+        raise InputError("--node-rank needs --master-addr: the address of node 0, reachable from every node")
+    world = {f"node{i}": list(range(hw.gpus_per_node)) for i in range(nodes)}
+    if hw.gpu != "cpu" and visible_devices and len(visible_devices) >= hw.gpus_per_node:
+        world[f"node{node_rank}"] = list(visible_devices[: hw.gpus_per_node])  # DeepSpeed sets them, not 0..N-1
+    return ["python", "-u", "-m", NODE_LAUNCHER_MODULE, f"--world_info={encode_world_info(world)}",
+            f"--node_rank={node_rank}", f"--master_addr={master_addr}",
+            f"--master_port={master_port or DEFAULT_MASTER_PORT}"]  # fmt: skip
+
+
 def runnable(argv: Sequence[str], python: str | None = None) -> list[str]:
-    """Returns `argv` with a leading `deepspeed` replaced by `python -m deepspeed.launcher.runner` (the
-    interpreter running zero-run by default): the command zero-run actually spawns."""
+    """Returns the command zero-run actually spawns: a leading `deepspeed` replaced by `python -m
+    deepspeed.launcher.runner`, a leading `python` by the interpreter (the one running zero-run by default)."""
     if argv and argv[0] == "deepspeed":
         return [python or sys.executable, "-m", LAUNCHER_MODULE, *argv[1:]]
+    if argv and argv[0] == "python":
+        return [python or sys.executable, *argv[1:]]
     return list(argv)
 
 
@@ -373,6 +422,72 @@ def monitor_problems(ds_config: dict) -> list[str]:
     return problems
 
 
+def check_rendezvous(node_rank: int, addr: str, port: int, *, wait_s: float = MASTER_WAIT_S, say=print) -> str | None:
+    """Returns why this node cannot join the rendezvous at addr:port, or None when it can.
+
+    Node 0 serves it (its rank 0 opens the port): `addr` must be one of this machine's addresses and the port
+    free. Any other node waits up to `wait_s` seconds for node 0 to accept a TCP connection there (nodes start
+    together, node 0's rank 0 a little later), so a wrong address or a closed firewall is one clear line now
+    rather than a rank hanging in init_process_group for its 30-minute timeout.
+    """
+    try:
+        infos = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"--master-addr {addr!r} does not resolve on this node ({error.strerror})"
+    if node_rank == 0:
+        return _serving_problem(addr, port, infos)
+    deadline = time.monotonic() + wait_s
+    waited = False
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                return None
+        except ConnectionRefusedError:
+            last = "refused"
+        except OSError as error:  # timeout, no route, unreachable network
+            last = error.strerror or type(error).__name__
+        if time.monotonic() >= deadline:
+            break
+        if not waited:
+            say(f"zero-run: node {node_rank}: waiting up to {wait_s:.0f} s for node 0's rendezvous at {addr}:{port}")
+            waited = True
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    if last == "refused":
+        return (f"node 0's rendezvous {addr}:{port} refused connections for {wait_s:.0f} s: start node 0 "
+                "(--node-rank 0) with the same --master-port, or wait longer (--master-wait)")
+    return (f"node 0's rendezvous {addr}:{port} did not answer within {wait_s:.0f} s ({last}): is --master-addr node "
+            f"0's address, reachable from this node, with port {port} open in its firewall?")  # fmt: skip
+
+
+def _serving_problem(addr: str, port: int, infos) -> str | None:
+    """Returns why node 0 cannot serve the rendezvous at addr:port (None when it can)."""
+    ips = sorted({info[4][0] for info in infos})
+    for family, _, _, _, sockaddr in infos:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((sockaddr[0], 0))
+                break
+            except OSError:
+                continue
+    else:
+        return (f"--master-addr {addr!r} ({', '.join(ips)}) is not an address of this machine, and node 0 serves "
+                f"the rendezvous: give node 0's own address")  # fmt: skip
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the rendezvous server binds: every interface, a port left in TIME_WAIT reusable.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return f"--master-port {port} is in use on node 0 (another run?): choose another port"
+    return None
+
+
+def visible_devices() -> list[str] | None:
+    """Returns this process's CUDA_VISIBLE_DEVICES entries (None when unset or empty)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return [d.strip() for d in value.split(",") if d.strip()] or None
+
+
 # --- the CLI ---
 
 
@@ -388,12 +503,29 @@ def build_parser() -> argparse.ArgumentParser:
         prog="zero-run",
         description="Train from a zero-plan plan file through the deepspeed launcher.",
         epilog="Arguments after -- go to the --script.",
+        allow_abbrev=False,
     )
     parser.add_argument("plan", help="plan file written by zero-plan -o")
     parser.add_argument("--dry-run", action="store_true", help="print the command and DeepSpeed JSON; launch nothing")
     parser.add_argument("--hostfile", help="DeepSpeed hostfile ('HOST slots=N' lines) for multi-node plans")
     parser.add_argument("--master-addr", help="address of the first node (default: the hostfile's first host)")
-    parser.add_argument("--master-port", type=int, help="rendezvous port (default: a free one)")
+    parser.add_argument("--master-port", type=positive_int, help="rendezvous port (default: a free one on one node, "
+                        f"{DEFAULT_MASTER_PORT} with --node-rank, from the job id with --slurm)")  # fmt: skip
+    parser.add_argument(
+        "--node-rank", type=_node_rank, metavar="N",
+        help="start this node's ranks only, as node N (0..nodes-1); run it on every node with node 0's --master-addr",
+    )  # fmt: skip
+    parser.add_argument("--master-wait", type=positive_int, metavar="SECONDS", help="with --node-rank above 0: how "
+                        f"long to wait for node 0's rendezvous (default {MASTER_WAIT_S})")  # fmt: skip
+    parser.add_argument(
+        "--slurm", action="store_true",
+        help=f"write OUTPUT_DIR/{slurm.SCRIPT_NAME}: sbatch script whose srun runs this with --node-rank on every node",
+    )  # fmt: skip
+    parser.add_argument("--submit", action="store_true", help="with --slurm: submit the script with sbatch")
+    parser.add_argument(
+        "--slurm-option", action="append", metavar="OPTION",
+        help="with --slurm: an #SBATCH option to add (repeatable), e.g. --slurm-option=--partition=gpu",
+    )  # fmt: skip
     parser.add_argument("--script", help="your own training script, given the DeepSpeed JSON via --deepspeed_config")
     parser.add_argument(
         "--config-flag",
@@ -409,6 +541,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe-only", action="store_true", help="stop after the probe (K defaults to 3)")
     add_training_arguments(parser, run=True)
     return parser
+
+
+def _node_rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a node index (0, 1, ...)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a node index (0, 1, ...)")
+    return value
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -427,7 +569,9 @@ def free_port() -> int:
 
 
 def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
-    """Checks, then launches (or prints, with --dry-run); returns the exit status."""
+    """Checks, then launches (or prints, with --dry-run; writes an sbatch script with --slurm); returns the exit
+    status."""
+    check_modes(args)
     if getattr(args, "probe", None) is not None or getattr(args, "probe_only", False):
         from zero_planner import probe
 
@@ -447,6 +591,11 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.script is not None and not Path(args.script).is_file():
         raise InputError(f"--script {args.script!r} does not exist")
+    if args.slurm:
+        return write_sbatch(args, plan, script_args, output_dir)
+    per_node = args.node_rank is not None
+    # Every node must agree on the port: a free one is picked only where one node is the whole run.
+    port = args.master_port or (DEFAULT_MASTER_PORT if args.dry_run or per_node else free_port())
     argv, env = build_launch(
         plan,
         plan_path=str(Path(args.plan).absolute()),
@@ -455,12 +604,14 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         hostfile=args.hostfile,
         hosts=hosts,
         master_addr=args.master_addr,
-        master_port=args.master_port or (DEFAULT_MASTER_PORT if args.dry_run else free_port()),
+        master_port=port,
         max_steps=args.max_steps,
         output_dir=args.output_dir,
         resume=args.resume,
         config_flag="--" + args.config_flag,
         overrides=overrides,
+        node_rank=args.node_rank,
+        visible_devices=visible_devices(),
     )
     shown = " ".join([*(f"{k}={v}" for k, v in sorted(env.items())), shlex.join(runnable(argv))])
     if args.dry_run:
@@ -468,7 +619,7 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         print(json.dumps(plan.deepspeed_config, indent=2))
         return 0
 
-    if args.script is None and plan.hardware.nodes == 1 and _hub_offline():
+    if args.script is None and (plan.hardware.nodes == 1 or per_node) and _hub_offline():
         check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = probe_machine(plan, output_dir)
     start_step = resume_step(output_dir) if args.resume and args.script is None else 0
@@ -476,9 +627,15 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     note = fix_launch_env(plan, env, machine)
     if note:
         print(f"zero-run: note: {note}", file=sys.stderr)
+    if per_node and not problems:
+        wait_s = args.master_wait if args.master_wait is not None else MASTER_WAIT_S
+        problem = check_rendezvous(args.node_rank, args.master_addr, port, wait_s=wait_s,
+                                   say=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+        problems += [problem] if problem else []
     if problems:
+        where = f"node {args.node_rank}: " if per_node else ""
         for line in problems:
-            print(f"zero-run: refusing to launch: {line}", file=sys.stderr)
+            print(f"zero-run: refusing to launch: {where}{line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     for stale in Path(output_dir).glob("oom_rank*.json"):
@@ -486,7 +643,7 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     if args.script is not None:
         Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
     print(f"zero-run: {shown}", flush=True)
-    rc, signals = _spawn(argv, env, multi_node=bool(args.hostfile))
+    rc, signals = _spawn(argv, env, multi_node=bool(args.hostfile), node_launcher=per_node)
     return _explain_exit(rc, signals, output_dir, args, save=plan.training.save if args.script is None else "steps",
                          adapters=plan.training.method != "full")  # fmt: skip
 
@@ -495,6 +652,74 @@ def resume_step(output_dir: str) -> int:
     """Returns the step of the newest complete checkpoint under `output_dir` (what --resume continues from), or 0."""
     usable = ckpt.usable_checkpoints(Path(output_dir) / ckpt.CHECKPOINTS_DIR)
     return usable[0][0] if usable else 0
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """Raises InputError when options of different ways to launch are mixed."""
+    if args.submit and not args.slurm:
+        raise InputError("--submit submits the script that --slurm writes: add --slurm")
+    if args.slurm_option and not args.slurm:
+        raise InputError(f"--slurm-option {args.slurm_option[0]!r} is an #SBATCH option for the script --slurm "
+                         "writes: add --slurm")  # fmt: skip
+    if args.slurm and (args.node_rank is not None or args.hostfile):
+        given_ = "--node-rank" if args.node_rank is not None else "--hostfile"
+        raise InputError(f"--slurm writes a script whose srun gives every node its --node-rank; drop {given_}")
+    if args.master_wait is not None and args.node_rank is None and not args.slurm:
+        raise InputError("--master-wait is how long a node waits for node 0: it goes with --node-rank or --slurm")
+    if (args.node_rank is not None or args.slurm) and (args.probe is not None or args.probe_only):
+        raise InputError("--probe runs the candidates on this machine: probe on one node (zero-run PLAN --probe-only), "
+                         "then run PLAN.probed.json on every node")  # fmt: skip
+
+
+def node_command(args: argparse.Namespace) -> list[str]:
+    """Returns the zero-run command the sbatch script runs on every node (absolute paths; the script adds
+    --node-rank, --master-addr, --master-port and the --script arguments)."""
+    argv = [sys.executable, "-m", "zero_planner.launch", str(Path(args.plan).absolute())]
+    if args.output_dir:
+        argv += ["--output-dir", str(Path(args.output_dir).absolute())]
+    if args.max_steps is not None:
+        argv += ["--max-steps", str(args.max_steps)]
+    if args.resume:
+        argv.append("--resume")
+    if args.master_wait is not None:
+        argv += ["--master-wait", str(args.master_wait)]
+    if args.script is not None:
+        argv += ["--script", str(Path(args.script).absolute()), "--config-flag", args.config_flag]
+    return argv + given(args)
+
+
+def write_sbatch(args: argparse.Namespace, plan: Plan, script_args: Sequence[str], output_dir: str) -> int:
+    """--slurm: prints (--dry-run) or writes OUTPUT_DIR/zero-run.sbatch, and submits it with --submit; returns
+    the exit status (sbatch's with --submit)."""
+    hw = plan.hardware
+    text = slurm.sbatch_script(
+        job_name=f"zero-run-{plan.model.name.rstrip('/').split('/')[-1]}",
+        nodes=hw.nodes,
+        gpus_per_node=None if hw.gpu == "cpu" else hw.gpus_per_node,
+        node_argv=node_command(args),
+        script_args=script_args,
+        output_dir=str(Path(output_dir).absolute()),
+        workdir=str(Path.cwd()),
+        master_port=args.master_port,
+        options=[slurm.parse_option(o) for o in args.slurm_option or []],
+        package_root=str(Path(__file__).resolve().parents[1]),
+    )
+    if args.dry_run:
+        print(text, end="")
+        return 0
+    path = Path(output_dir).absolute() / slurm.SCRIPT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)  # SLURM writes slurm-%j.out there and creates no folder
+    path.write_text(text)
+    print(f"zero-run: wrote {path}")
+    if not args.submit:
+        print(f"Submit it with: sbatch {shlex.quote(str(path))}")
+        return 0
+    import shutil
+
+    if shutil.which("sbatch") is None:
+        raise InputError(f"--submit needs sbatch on PATH (a SLURM login node); {path} is written, submit it there")
+    rc, _ = _spawn(["sbatch", str(path)], {}, multi_node=False)
+    return rc
 
 
 def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespace, *, save: str = "steps",
@@ -507,7 +732,8 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
         print(f"zero-run: {message}", file=sys.stderr)
         return rc or 1
     if signals:
-        resume = f"zero-run {shlex.quote(args.plan)} --resume"
+        every = " on every node" if getattr(args, "node_rank", None) is not None else ""
+        resume = f"zero-run {shlex.quote(args.plan)} --resume{every}"
         print(f"zero-run: interrupted; {ckpt.after_interruption(save, output_dir, adapters=adapters, resume=resume)}",
               file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
@@ -517,14 +743,16 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
     return rc if rc > 0 else 1
 
 
-def _spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, log=None) -> tuple[int, int]:
-    """Runs the launcher (the only spawn in zero-planner); returns (exit status, signals forwarded).
+def _spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, node_launcher: bool = False,
+           log=None) -> tuple[int, int]:  # fmt: skip
+    """Runs the launcher (the only spawn in zero-planner; sbatch too); returns (exit status, signals forwarded).
     `log`: an open file taking the launcher's stdout and stderr (zero-run --probe reads it for OOM messages).
 
     The launcher gets its own session, so a terminal's Ctrl-C reaches zero-run alone, which passes it on:
     on one node straight to the ranks (each finishes its step and saves; the launcher then exits by itself,
-    so waiting on it covers the save), on several to DeepSpeed's runner, which relays it to the remote
-    nodes. A second signal kills the whole process group.
+    so waiting on it covers the save), on several through a hostfile to DeepSpeed's runner, which relays it to
+    the remote nodes; with `node_launcher` (--node-rank) to this node's ranks, the per-node launcher's children.
+    A second signal kills the whole process group.
     """
     import subprocess
 
@@ -548,7 +776,7 @@ def _spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, log=None) 
         nonlocal received
         received += 1
         if received == 1:
-            _forward_signal(proc.pid, signum, multi_node=multi_node)
+            _forward_signal(proc.pid, signum, multi_node=multi_node, node_launcher=node_launcher)
         else:
             _killpg(proc.pid, signal.SIGKILL)
 
@@ -561,13 +789,15 @@ def _spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, log=None) 
     return rc, received
 
 
-def _forward_signal(pid: int, signum: int, *, multi_node: bool) -> None:
+def _forward_signal(pid: int, signum: int, *, multi_node: bool, node_launcher: bool = False) -> None:
     import psutil
 
     try:
         runner = psutil.Process(pid)
         targets = [runner] if multi_node else []
-        if not multi_node:
+        if node_launcher:
+            targets = runner.children()  # deepspeed.launcher.launch -> ranks
+        elif not multi_node:
             # runner -> deepspeed.launcher.launch -> ranks: the ranks are the launcher's children.
             for child in runner.children():
                 targets += child.children() or [child]

@@ -14,6 +14,7 @@ from zero_planner.dsconfig import bucket_sizes
 from zero_planner.dsdefaults import zero_settings
 from zero_planner.models.activations import closed_form_coefficients
 from zero_planner.models.spec import ModelSpec
+from zero_planner.nccl import nccl_buffer_bytes, note as nccl_note
 from zero_planner.phases import PHASES
 from zero_planner.strategies import Strategy
 
@@ -33,10 +34,6 @@ SM90_GPUS = ("H100", "H200", "H800", "H20", "GH200", "B200", "B100", "GB200")
 # handles. Measured as mem_get_info used minus max_memory_reserved at the end of exclusive single-GPU
 # cases on an H100 80GB, torch 2.11+cu130: 1.30 GiB in every case (benchmarks/results/h100x1-*.jsonl).
 CUDA_CONTEXT_BYTES = int(1.30 * GiB)
-# NCCL's own buffers for multi-GPU runs (outside the allocator). Not yet measured cleanly (our multi-GPU
-# cases shared GPUs); NCCL's defaults (NCCL_BUFFSIZE 4 MiB per channel and peer) put it in the hundreds of
-# MiB; we reserve this much and say so in the estimate's notes.
-NCCL_BUFFERS_ASSUMED_BYTES = 512 * MiB
 
 # The caching allocator's setting zero-run launches with (PYTORCH_CUDA_ALLOC_CONF). Without it, a freed block
 # is only reused by requests that fit inside it, so the cache fragments: on an H100, Qwen2.5-0.5B at stage 1,
@@ -544,7 +541,8 @@ def estimate_memory(
     bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + held
     step = params + optimizer + resident_grads + ws + step_transient + held
     train_peak = max(fwd, bwd, step)
-    context = (CUDA_CONTEXT_BYTES if ws else 0) + (NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0)
+    # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
+    context = (CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, workload.gpus_per_node)) if ws else 0
     phases, guarded = run_phase_peaks(
         spec, strategy, workload, W=W, P=P, train_peak=train_peak, resident=params + optimizer + resident_grads,
         ws=ws, gathered=gathered, forward_activations=act.forward_peak_bytes, capacity=gpu_memory_bytes,
@@ -568,10 +566,10 @@ def estimate_memory(
         # reserved memory is bounded by that run's (where the two pools would be reused anyway).
         on_gpu = estimate_memory(spec, Strategy(stage), workload, buffers, gpu_name)
         bound = on_gpu.peak_allocated_bytes + on_gpu.overhead_bytes - (CUDA_CONTEXT_BYTES if ws else 0)
-        bound -= NCCL_BUFFERS_ASSUMED_BYTES if n > 1 else 0
+        bound -= nccl_buffer_bytes(n, workload.gpus_per_node) if ws else 0
         reserved = max(reserved, min(peak + loss_pools, max(bound, peak)))
-    if n > 1:
-        notes.append("includes an assumed 0.5 GiB of NCCL buffers per rank (not yet measured)")
+    if ws and n > 1:
+        notes.append(nccl_note(n, workload.gpus_per_node))
     fragmented_total = reserved + context
     if workload.expandable_segments or not ws:
         # The cache is returned on demand (see ALLOC_CONF); on CPU there is no caching allocator.

@@ -63,7 +63,7 @@ from zero_planner.reference_configs import (
     write_ds_configs,
 )
 from zero_planner.strategies import STRATEGIES, Strategy
-from zero_planner.throughput import StepTime, estimate_step_time
+from zero_planner.throughput import Calibration, StepTime, estimate_step_time
 from zero_planner.userconfig import (
     ConfigEstimate,
     config_precision,
@@ -148,9 +148,11 @@ class _Evaluator:
         num_labels: int = 2,
         pretrained: bool = False,
         keeps_outputs: bool = False,
+        calibration: Calibration | None = None,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
         self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
+        self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
         self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
         self.margin = margin
@@ -210,10 +212,12 @@ class _Evaluator:
             num_labels=self.num_labels,
             pretrained=self.pretrained,
             keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
+            calibration=self.calibration,
         )
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
-        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum))
+        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
+                                  self.calibration)
 
 
 def largest_fitting(fits: Callable[[int], bool], cap: int) -> int:
@@ -310,9 +314,9 @@ def _option(
 T = TypeVar("T")
 
 SPEED_TIE = 0.005
-"""Candidates within this fraction of the fastest one's modelled tokens/s are a tie (the step-time model's median
-error is 7%, benchmarks/throughput_check.py): the simpler strategy wins, then no checkpointing, then the larger
-micro-batch. Without it a 0.1% edge chose ZeRO-2 offload at 14.0 of 14.1 GiB over ZeRO-1 at 10.9 GiB."""
+"""Candidates within this fraction of the fastest one's modelled tokens/s are a tie (far inside the step-time
+model's error, catalog/step_time.json and benchmarks/throughput_check.py): the simpler strategy wins, then no
+checkpointing, then the larger micro-batch. Without it a 0.1% edge chose ZeRO-2 offload at 14.0 of 14.1 GiB over ZeRO-1 at 10.9 GiB."""
 
 
 def _rank_key(option: Option) -> tuple:
@@ -352,6 +356,7 @@ def plan(
     lora: LoraInfo | None = None,
     num_labels: int = 2,
     pretrained: bool = False,
+    calibration: Calibration | None = None,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
@@ -359,7 +364,9 @@ def plan(
     `micro_batch` None searches 1..MAX_MICRO_BATCH (capped at the per-GPU global batch); `grad_ckpt` None
     tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
     host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
-    randomly initialised LM head before tying). Raises InputError for bad values.
+    randomly initialised LM head before tying). `calibration`: the step-time constants (None: the committed
+    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). Raises InputError for bad
+    values.
     """
     check_inputs(
         spec,
@@ -374,7 +381,7 @@ def plan(
         return _plan_auto(spec, cluster, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
                           grad_ckpt=grad_ckpt, precision=precision, stage=stage, task=task, margin=margin,
                           model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels,
-                          pretrained=pretrained)  # fmt: skip
+                          pretrained=pretrained, calibration=calibration)  # fmt: skip
     if method == "qlora" and cluster.is_cpu:
         raise InputError("--method qlora needs CUDA GPUs (bitsandbytes 4-bit); use --method lora with --gpus cpu:N")
     precision = resolve_precision(precision, cluster)
@@ -385,7 +392,7 @@ def plan(
     else:
         lora = None
     ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
-                    lora=lora, num_labels=num_labels, pretrained=pretrained)  # fmt: skip
+                    lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:

@@ -177,11 +177,13 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
 
 
 def model_error_text() -> str:
-    """Returns the step-time model's expected error, as measured on the committed H100 cases."""
-    from zero_planner.throughput import MEDIAN_ERROR, REFERENCE_GPU
+    """Returns the step-time model's stated error: its median (and largest) error on architecture families left
+    out of its fit (catalog/step_time.json, benchmarks/throughput_check.py)."""
+    from zero_planner.throughput import load_calibration
 
-    return (f"tokens/s: step-time model, ±{MEDIAN_ERROR:.0%} (median error on the committed {REFERENCE_GPU} "
-            f"cases; other GPUs scaled from their catalog peaks)")
+    cal = load_calibration()
+    return (f"tokens/s: step-time model, ±{cal.median_error:.0%} (median error on architectures left out of its "
+            f"fit, up to {cal.max_error:.0%}; fitted on {cal.reference_gpu}, other GPUs scaled from their catalog peaks)")
 
 
 def tokens_text(option) -> str:
@@ -337,10 +339,12 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         + (f"; logs to {', '.join(t.report_to)}" if t.report_to else ""), hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
-        from zero_planner.throughput import MEDIAN_ERROR
+        from zero_planner.throughput import load_calibration
 
-        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{MEDIAN_ERROR:.0%} median "
-            f"error on measured H100 runs; not a measurement)", hang="    ")  # fmt: skip
+        cal = load_calibration()
+        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{cal.median_error:.0%} "
+            f"median error on architectures left out of its fit, up to {cal.max_error:.0%}; not a measurement)",
+            hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
     if written:
@@ -352,3 +356,87 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
     say(console, "runs:")
     for line in command_lines(plan.launch.command, max(console.width, 40)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def duration_text(hours: float | None) -> str:
+    """Returns `45 min`, `12.3 h` or `4.2 d` (days past 48 hours); `-` for None."""
+    if hours is None:
+        return "-"
+    if hours < 1:
+        return f"{hours * 60:.0f} min"
+    if hours < 48:
+        return f"{hours:.1f} h"
+    return f"{hours / 24:.1f} d"
+
+
+def cluster_text(cluster: Cluster) -> str:
+    """Returns `8xH100-SXM` or `2x8xH100-SXM` (nodes x GPUs per node), `cpu:2` for CPU processes."""
+    if cluster.is_cpu:
+        return f"cpu:{cluster.gpus_per_node}"
+    nodes = f"{cluster.nodes}x" if cluster.nodes > 1 else ""
+    return f"{nodes}{cluster.gpus_per_node}x{cluster.gpu.name}"
+
+
+def comparison_table(rows, *, title: str, caption: str):
+    """Returns the rich Table of --compare: rank, cluster, its best plan (stage, checkpointing, micro-batch x
+    accumulation), GiB per GPU, tokens/s, time, GPU-hours, price and cost; fits in 100 columns."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, header_style="bold", title_justify="left", caption_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)  # fmt: skip
+    for name, justify in (("#", "right"), ("cluster", "left"), ("best plan", "left"), ("GiB/GPU", "right"),
+                          ("tokens/s", "right"), ("time", "right"), ("GPU-h", "right"), ("$/GPU-h", "right"),
+                          ("cost", "right")):  # fmt: skip
+        table.add_column(name, justify=justify, no_wrap=name != "best plan")
+    for rank, row in enumerate(rows, 1):
+        chosen = row.result.chosen
+        if chosen is None:
+            table.add_row("", cluster_text(row.cluster), "nothing fits", "-", "-", "-", "-",
+                          _price(row.price_per_gpu_hour), "-", style="dim")  # fmt: skip
+            continue
+        best = (f"{chosen.strategy.name} {'ckpt' if chosen.gradient_checkpointing else 'no ckpt'} "
+                f"{chosen.micro_batch_size}x{chosen.gradient_accumulation_steps}")  # fmt: skip
+        rate = row.tokens_per_second
+        table.add_row(str(rank), cluster_text(row.cluster), best, gib(chosen.memory.total_bytes),
+                      f"{rate:,.0f}" if rate else "n/a", duration_text(row.hours),
+                      f"{row.gpu_hours:,.0f}" if row.gpu_hours is not None else "-", _price(row.price_per_gpu_hour),
+                      f"${row.cost:,.0f}" if row.cost is not None else "-",
+                      style="bold green" if rank == 1 else None)  # fmt: skip
+    return table
+
+
+def _price(price: float | None) -> str:
+    return f"{price:.2f}" if price is not None else "-"
+
+
+def print_comparison(console, rows, *, spec_name: str, spec, tokens: int, seq_len: int, notes=()) -> None:
+    """Prints the --compare table, the stated error of its times, the fastest and the cheapest cluster, and
+    what would fit where nothing does."""
+    from zero_planner.throughput import load_calibration
+
+    cal = load_calibration()
+    title = (f"{tokens:,} tokens of {spec_name} ({spec.num_params / 1e9:.2f}B params), seq {seq_len}: "
+             f"each cluster's best plan, fastest first")  # fmt: skip
+    caption = (f"time = tokens / tokens/s of the step-time model, ±{cal.median_error:.0%} (median error on "
+               f"architectures left out of its fit, up to {cal.max_error:.0%}); measured on {cal.reference_gpu}, "
+               f"other GPUs scaled from their catalog peaks, communication between GPUs not calibrated. "
+               f"best plan: ZeRO stage, checkpointing, micro-batch x accumulation. cost = GPU-hours x $/GPU-h "
+               f"(--price).")  # fmt: skip
+    console.print(comparison_table(rows, title=title, caption=caption))
+    timed = [r for r in rows if r.hours is not None]
+    if timed:
+        fastest = min(timed, key=lambda r: r.hours)
+        line = f"fastest: {cluster_text(fastest.cluster)}, {duration_text(fastest.hours)}"
+        priced = [r for r in timed if r.cost is not None]
+        if priced:
+            cheapest = min(priced, key=lambda r: r.cost)
+            line += f"; cheapest: {cluster_text(cheapest.cluster)}, ${cheapest.cost:,.0f} ({duration_text(cheapest.hours)})"
+        say(console, line)
+    for note in notes:
+        say(console, f"note: {note}", hang="  ")
+    for row in rows:
+        if not row.fits and row.result.advice:
+            say(console, f"{cluster_text(row.cluster)}: nothing fits; {row.result.advice[0]}", hang="  ")
+    if timed:
+        say(console, f"Plan one of them: zero-plan --model {spec_name} --gpus {timed[0].label} -o plan.json")

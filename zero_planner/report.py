@@ -43,6 +43,8 @@ def build_run_report(
         rows.append(
             {
                 "rank": r["rank"],
+                "node": r.get("node", 0),
+                "host": r.get("host"),
                 "peak_allocated_bytes": r.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": r.get("peak_reserved_bytes"),
                 "host_rss_bytes": r.get("host_rss_bytes"),

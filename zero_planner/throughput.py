@@ -1,75 +1,129 @@
 """The step-time model: seconds per optimizer step and tokens/s, used to rank candidates that fit.
 
 Calibrated on measured single-GPU steps (benchmarks/results/*.jsonl; the fit is benchmarks/throughput_fit.py,
-the comparison benchmarks/throughput_check.py). One micro-step on one GPU is
+the comparison and its leave-one-family-out validation benchmarks/throughput_check.py). One micro-step on one
+GPU is
 
-    gpu_s   = weight-matmul FLOPs / achieved matmul rate  +  attention FLOPs / achieved attention rate
-            + bytes of memory-bound kernels / achieved HBM rate
+    gpu_s   = sum over GEMM shapes of max(FLOPs / achieved matmul rate, operand bytes / achieved HBM rate)
+            + attention FLOPs / achieved attention rate
+            + bytes of the memory-bound kernels / achieved HBM rate
     micro_s = gpu_s                                  (stages 0-2)
-            = max(gpu_s, fetches * STAGE3_SECONDS_PER_FETCH)   (stage 3: the host-side hook work per fetched
+            = max(gpu_s, fetches * stage3_seconds_per_fetch)   (stage 3: the host-side hook work per fetched
                                                        parameter, which the GPU hides when its work is longer)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
-collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The achieved
-rates are per GPU (catalog/gpus.json, measured on H100; other GPUs scale their catalog peaks by the H100's
-ratio); the byte counts come from the kernels the Hugging Face model runs (counted below, not fitted); the
-per-software constants are module constants with their provenance. Pure: numbers in, numbers out; no torch.
+collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
+from the kernels the Hugging Face model runs: each GEMM's FLOPs and the bytes of its two inputs and output
+(gemms: the roofline makes narrow matrices and small experts run below the matmul rate), elementwise kernels
+(norms, rotary, activations, residual adds, the loss), a mixture of experts' routing and token permutation
+(router softmax and top-k, the sort, gathers and scatter-adds) and sliding-window mask biases. The achieved
+rates are fractions of the GPU's catalog peaks, measured on one GPU (Calibration, catalog/step_time.json);
+the host's CPU Adam rate is the catalog's unless measured on the machine (host_rates.py, `--gpus
+auto`). Pure: numbers in, numbers out; no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from importlib import resources
 
 from zero_planner.dsconfig import bucket_sizes
-from zero_planner.hardware import GPU, load_gpu_catalog
-from zero_planner.memory import Workload, trainable_params, weight_bytes
+from zero_planner.hardware import GPU
+from zero_planner.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.models.spec import ModelSpec
 from zero_planner.strategies import Strategy
 
+
+@dataclass(frozen=True)
+class Calibration:
+    """The step-time model's measured constants: catalog/step_time.json, written by `python
+    benchmarks/throughput_fit.py --write` from the committed runs on `reference_gpu` (each field says what it
+    describes). Rates are fractions of a GPU's catalog peaks, so one measured GPU lends them to the others."""
+
+    reference_gpu: str
+    """The catalog GPU whose runs were fitted (H100-SXM)."""
+    measured_on: str
+    """GPU, host, software versions and dates of the fitted runs."""
+    matmul_fraction: float
+    """FITTED: achieved / dense 16-bit peak of the weight matmuls (FLOPs alone; their operands' bytes are
+    counted at the HBM rate). Searched up to MAX_MATMUL_FRACTION."""
+    attention_fraction: float
+    """FITTED: the rate SDPA's kernels get through attention_flops, as a fraction of the 16-bit peak (causal
+    mask not discounted, the flash backward's recomputation not counted: both are in the fraction)."""
+    memory_fraction: float
+    """FITTED: achieved / catalog device-memory bandwidth of the memory-bound kernels and GEMM operands."""
+    optimizer_bytes_per_param: float
+    """FITTED: device-memory bytes per trainable parameter that one GPU optimizer step costs at the achieved HBM
+    rate (DeepSpeed's fused Adam with fp32 master weights, gradient-norm clipping, the bf16 copy back, gradient
+    zeroing). The kernels' own traffic is ~62 B (fp32 grad accumulate 10, norm 4, clip 8, Adam 28, bf16 copy
+    6, zero 4); the fit finds more (per-tensor launches and Python in the step)."""
+    stage3_seconds_per_fetch: float
+    """FITTED: host seconds per ZeRO-3 parameter fetch (one gathered tensor, forward or backward): the
+    pre/post-forward/backward module hooks, the partitioned-parameter coordinator's trace and prefetch
+    bookkeeping, `__allgather_params` (a copy even on one GPU) and the release, and the gradient's
+    reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
+    parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than
+    the micro-step's GPU work (small micro-batches). Host Python: it differs between machines."""
+    cpu_adam_params_per_s_per_node: float
+    """FITTED on the reference host, or MEASURED on this machine (cpu_adam_source): parameters per second that
+    DeepSpeed's CPUAdam updates with all cores of one node, including the fp32 gradient copy to host and the
+    bf16 parameter copy back. A property of the host's CPU and memory, not of the GPU."""
+    stage3_offload_copy_bytes_per_s: float
+    """MEASURED: bytes per second at which ZeRO-3 with the optimizer offloaded and parameters on the GPU brings
+    the updated parameters up: each sub-group's fp32 master is converted into a fresh, unpinned 16-bit host
+    buffer and copied to the GPU from pageable memory (stage3.py _optimizer_step), where ZeRO-2 offload copies
+    from a pinned staging buffer. Llama-3.2-3B on the H200 (16 host cores, alone, 2026-11-23): 3-offload minus
+    2-offload at equal shapes, +1.10 s (mb 12) and +1.58 s (mb 38, gc) per step for 6.4 GB, 4.1-5.8 GB/s."""
+    grouped_gemm_fraction: float = 1.0
+    """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
+    grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
+    FLOPs. 1.0 where not measured: grouped GEMMs at the dense rate, their size penalty from the roofline alone."""
+    cpu_adam_source: str = "catalog"
+    """`catalog` (the reference host's fitted rate) or `measured` (this machine, host_rates.py)."""
+    median_error: float = 0.0
+    """Median |predicted/measured - 1| of tokens/s, each case predicted by a fit that left its architecture
+    family out (benchmarks/throughput_check.py): the error stated beside every predicted tokens/s."""
+    max_error: float = 0.0
+    """The largest such error."""
+    in_sample_median_error: float = 0.0
+    """Median error with every case in the fit (what the model does on what it has seen)."""
+    in_sample_max_error: float = 0.0
+    error_cases: int = 0
+    """Cases the errors are computed over (single GPU, alone on their host, >= 4096 tokens per micro-step)."""
+    error_families: tuple[str, ...] = ()
+    """The architecture families (config model_type) held out in turn."""
+
+    def with_cpu_adam(self, params_per_s: float, source: str = "measured") -> "Calibration":
+        """Returns this calibration with the host's CPU Adam rate replaced (a measurement on this machine)."""
+        return replace(self, cpu_adam_params_per_s_per_node=float(params_per_s), cpu_adam_source=source)
+
+
+STEP_TIME_FILE = "catalog/step_time.json"
+
+
+@lru_cache(maxsize=1)
+def load_calibration() -> Calibration:
+    """Returns the committed Calibration (catalog/step_time.json, read once)."""
+    text = resources.files("zero_planner").joinpath(STEP_TIME_FILE).read_text(encoding="utf-8")
+    data = json.loads(text)
+    error = data.get("error", {})
+    names = {f.name for f in fields(Calibration)}
+    values = {k: v for k, v in data.items() if k in names}
+    values.update(
+        median_error=error.get("out_of_family_median", 0.0),
+        max_error=error.get("out_of_family_max", 0.0),
+        in_sample_median_error=error.get("in_sample_median", 0.0),
+        in_sample_max_error=error.get("in_sample_max", 0.0),
+        error_cases=error.get("cases", 0),
+        error_families=tuple(error.get("families", ())),
+    )
+    return Calibration(**values)
+
+
 REFERENCE_GPU = "H100-SXM"
-"""The catalog GPU whose achieved rates were measured; others get its achieved/peak ratios."""
-
-MEASURED_ON = "H100 80GB HBM3 (16 host cores), torch 2.11.0+cu130, deepspeed 0.19.8, transformers 5.17.0, 2026-11-23"
-"""Where the fitted constants below (and the H100's achieved_* catalog fields) come from."""
-
-OPTIMIZER_BYTES_PER_PARAM = 99.0
-"""FITTED: device-memory bytes per trainable parameter that one optimizer step costs at the achieved HBM rate
-(DeepSpeed's fused Adam with fp32 master weights, gradient-norm clipping, the bf16 copy back, gradient
-zeroing). The kernels' own traffic is ~62 B (fp32 grad accumulate 10, norm 4, clip 8, Adam 28, bf16 copy 6,
-zero 4); the fit finds more (per-tensor launches and Python in the step), so the constant is the measured
-figure. MEASURED_ON; benchmarks/throughput_fit.py, stages 0-2."""
-
-STAGE3_SECONDS_PER_FETCH = 1.88e-3
-"""FITTED: host seconds per ZeRO-3 parameter fetch (one gathered tensor, forward or backward): the
-pre/post-forward/backward module hooks, the partitioned-parameter coordinator's trace and prefetch
-bookkeeping, `__allgather_params` (a copy even on one GPU) and the release, and the gradient's
-reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
-parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than the
-micro-step's GPU work (small micro-batches). MEASURED_ON; benchmarks/throughput_fit.py, stage-3 cases, their
-steps after warmup_steps (ZeRO-3 records its trace in the second)."""
-
-CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.88e9
-"""FITTED: parameters per second that DeepSpeed's CPUAdam updates with all cores of one node, including the
-fp32 gradient copy to host and the bf16 parameter copy back (offload cases of MEASURED_ON, 16 host cores).
-A many-core server may be faster; the figure is what we measured, not scaled by core count."""
-
-def warmup_steps(stage: int, micro_steps_per_step: int = 1) -> int:
-    """Returns the steps a measured tokens/s leaves out: the first everywhere (allocations, kernel tuning), and
-    under ZeRO-3 the second too when a step is one forward/backward: the parameter coordinator starts with an
-    invalid trace, records the module order in the second forward/backward and prefetches only from the third
-    (deepspeed/runtime/zero/partitioned_param_coordinator.py reset_step: INVALID -> RECORD -> COMPLETE). Every
-    committed stage-3 case shows it: its second step up to 4x the later ones (benchmarks/results)."""
-    return 2 if stage == 3 and micro_steps_per_step == 1 else 1
-
-
-STAGE3_OFFLOAD_COPY_BYTES_PER_S = 4.8e9
-"""MEASURED: bytes per second at which ZeRO-3 with the optimizer offloaded and parameters on the GPU brings the
-updated parameters up: each sub-group's fp32 master is converted into a fresh, unpinned 16-bit host buffer
-and copied to the GPU from pageable memory (stage3.py _optimizer_step; the w-byte host transient that
-memory.py counts), where ZeRO-2 offload copies from a pinned staging buffer. Llama-3.2-3B on the H200 (16 host
-cores, alone, 2026-11-23): 3-offload minus 2-offload at equal shapes, +1.10 s (mb 12) and +1.58 s (mb 38, gc)
-per step for 6.4 GB, 4.1-5.8 GB/s; CPU Adam and every other term are common to both and cancel."""
+"""The catalog GPU whose achieved rates were measured (Calibration.reference_gpu); others get its fractions."""
 
 INTER_NODE_BANDWIDTH_BYTES_PER_S = 25 * 10**9
 """Node-to-node bandwidth per direction assumed when the GPU catalog gives none: 200 Gb/s, one
@@ -80,9 +134,30 @@ MAX_MATMUL_FRACTION = 0.8
 peak in cuBLAS benchmarks; the committed steps alone cannot separate the matmul rate from the memory-bound
 term (they trade off), so the fit searches below this ceiling."""
 
-MEDIAN_ERROR = 0.07
-"""Median |predicted/measured - 1| of tokens/s over the committed H100 single-GPU cases
-(benchmarks/throughput_check.py); shown beside predicted tokens/s."""
+
+def __getattr__(name: str):
+    """The constants that used to be module constants, now read from the calibration (old imports keep working)."""
+    legacy = {
+        "OPTIMIZER_BYTES_PER_PARAM": "optimizer_bytes_per_param",
+        "STAGE3_SECONDS_PER_FETCH": "stage3_seconds_per_fetch",
+        "CPU_ADAM_PARAMS_PER_S_PER_NODE": "cpu_adam_params_per_s_per_node",
+        "STAGE3_OFFLOAD_COPY_BYTES_PER_S": "stage3_offload_copy_bytes_per_s",
+        "MEDIAN_ERROR": "median_error",
+        "MEASURED_ON": "measured_on",
+    }
+    if name in legacy:
+        return getattr(load_calibration(), legacy[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def warmup_steps(stage: int, micro_steps_per_step: int = 1) -> int:
+    """Returns the steps a measured tokens/s leaves out: the first everywhere (allocations, kernel tuning), and
+    under ZeRO-3 the second too when a step is one forward/backward: the parameter coordinator starts with an
+    invalid trace, records the module order in the second forward/backward and prefetches only from the third
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py reset_step: INVALID -> RECORD -> COMPLETE). Every
+    committed stage-3 case shows it: its second step up to 4x the later ones (benchmarks/results)."""
+    return 2 if stage == 3 and micro_steps_per_step == 1 else 1
+
 
 def models_throughput(gpu: GPU) -> bool:
     """Returns whether tokens/s from this model may be shown for `gpu`: False for CPU processes (`cpu:N`).
@@ -195,8 +270,6 @@ _DROPOUT_BYTES = 5
 """Dropout: read 2, write 2 and a 1-byte mask (GPT-2's residual dropouts; llama-style models have none)."""
 _ATTENTION_OUTPUT_BYTES = 4
 """The attention output's transpose back to (batch, seq, heads*head_dim): a copy, read 2 + write 2."""
-_MOE_ROUTING_BYTES = 14
-"""Per routed expert and hidden element: hidden_states[token_idx] 2+2, * routing weight 2+2, index_add_ 2+2+2."""
 _LOSS_BYTES_PER_LOGIT = 40
 """ForCausalLMLoss per logit: logits.float() 2+4, log_softmax 4+4 (max and sum) + 4; backward: the nll
 gradient fill 4, log_softmax backward 4+4+4, the cast back 4+2 (transformers loss_utils.py, cross_entropy)."""
@@ -225,10 +298,13 @@ def layer_traffic_bytes(spec: ModelSpec) -> int:
     resid_pdrop = spec.config.get("resid_pdrop", 0.1 if model_type == "gpt2" else 0.0)  # GPT2Config's default
     dropout = 2 * _DROPOUT_BYTES * h if float(resid_pdrop or 0) > 0 else 0
     residual = 2 * _RESIDUAL_BYTES * h
-    routing = 0
-    if spec.num_experts > 1:  # transformers 5 MixtralExperts: zeros_like, then per routed expert
-        routing = 2 * h + spec.num_experts_per_tok * _MOE_ROUTING_BYTES * h  # gather, weight, index_add_
-    return norm_bytes + rotary + qk_norm + act + gate + dropout + residual + routing + _ATTENTION_OUTPUT_BYTES * d_q
+    shared = 0
+    if spec.num_experts > 1 and spec.config.get("shared_expert_intermediate_size"):
+        # Qwen2-MoE's shared expert: a gated MLP of its own width on every token, scaled by sigmoid(gate(x))
+        # (one multiply) and added to the routed experts' output (one add).
+        width = int(spec.config["shared_expert_intermediate_size"])
+        shared = (_NATIVE_ACTIVATION_BYTES + _GATE_MULTIPLY_BYTES) * width + 2 * _RESIDUAL_BYTES * h
+    return norm_bytes + rotary + qk_norm + act + gate + dropout + residual + shared + _ATTENTION_OUTPUT_BYTES * d_q
 
 
 def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
@@ -250,49 +326,178 @@ def activation_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     return float(tokens * per_token * scale)
 
 
+# Mixture of experts (transformers 5 integrations/moe.py grouped_mm_experts_forward, the default experts
+# implementation on GPUs that have grouped_mm). Per token and MoE layer, with S = k routed copies:
+_ROUTER_BYTES_PER_EXPERT = 40
+"""The router's fp32 path per expert: forward logits.float() 2+4, softmax 4+4, top-k reads 4; backward the
+top-k gradient scattered into zeros 4, softmax backward 4+4+4, the cast back 4+2."""
+_SORT_BYTES_PER_KEY = 264
+"""torch.sort of the S int64 expert ids with their int64 positions: CUB's radix sort (8-bit digits) over
+64-bit keys, 8 passes each reading and writing key and value (8 x 32 B), plus one histogram pass (8 B).
+torch.sort passes no bit range, so all 64 bits are sorted (an upper bound where CUB skips trivial passes)."""
+_INDEX_SORT_BYTES_PER_KEY = 96
+"""The backward of an index gather is index_put_(accumulate=True), which sorts its int64 indices over the
+bits the row count needs (at::native index_put_with_sort_kernel): up to 3 passes of 32 B for < 2**24 rows."""
+_PERMUTE_FORWARD_ROW_BYTES = 7
+"""Per routed copy and hidden element, in units of the activation width: the gather hidden_states[perm // k]
+(read + write: 2), the multiply by the routing weight (2), the gather back weighted_out[inv_perm] (2), and
+the read of the k-way sum (1). The sum writes one row per token (ROW_BYTES_PER_TOKEN)."""
+_PERMUTE_BACKWARD_ROW_BYTES = 9
+"""Backward, the same units: the un-permute's index_put_ (zeros 1, read the expanded gradient 1, read-modify-
+write of the destination 2), the routing-weight multiply's two gradients (input: read 2 + write 1 is counted as
+2 + 1; weight: a read of the expert output 1), and the gather's index_put_ (read 1, destination 1)."""
+_PERMUTE_INDEX_BYTES = 40
+"""Per routed copy: perm // k (8 + 8), the inverse permutation (arange 8, scatter 8 + 8)."""
+
+
+def moe_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes one micro-step's mixture-of-experts routing and token permutation move (0 for dense
+    models): the router's softmax and top-k over all experts, the sort of the routed copies by expert, the
+    gathers into expert order and back, the routing-weight multiply and the k-way sum, forward, backward and the
+    recomputed forward. The experts' matmuls are GEMMs (gemms)."""
+    if spec.num_experts <= 1:
+        return 0.0
+    tokens = workload.micro_batch_size * workload.seq_len
+    b = 4 if workload.precision == "fp32" else 2
+    h, e, k = spec.hidden_size, spec.num_experts, spec.num_experts_per_tok
+    forward = (18 * e + k * (_SORT_BYTES_PER_KEY + _PERMUTE_INDEX_BYTES) + k * _PERMUTE_FORWARD_ROW_BYTES * h * b
+               + h * b)  # fmt: skip
+    backward = (22 * e + 2 * k * _INDEX_SORT_BYTES_PER_KEY + k * _PERMUTE_BACKWARD_ROW_BYTES * h * b
+                + 2 * h * b)  # the gradient into the sum and the gathered destination rows
+    per_token = forward * (2 if workload.gradient_checkpointing else 1) + backward
+    return float(tokens * spec.num_layers * per_token)
+
+
+_FUSED_QKV = ("phi3", "gpt2", "gpt_neox", "phi", "falcon", "bloom", "gptj")
+"""Types whose attention projects q, k and v in one linear layer (phi3 qkv_proj, gpt2 c_attn, ...)."""
+_FUSED_GATE_UP = ("phi3",)
+"""Types whose gated MLP projects gate and up in one linear layer (phi3 gate_up_proj)."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Matrix multiplies of one shape in one micro-step (all layers and passes that run it): the FLOPs, and the
+    bytes they read and write (both inputs, the output) at the activation width."""
+
+    flops: float
+    bytes: float
+    grouped: bool = False
+    """A routed expert's grouped GEMM (its FLOPs at Calibration.grouped_gemm_fraction of the matmul rate)."""
+
+
+def layer_linears(spec: ModelSpec) -> list[tuple[int, int]]:
+    """Returns one decoder layer's linear layers as (in, out) features: attention (q, k, v or a fused qkv, o),
+    the dense MLP, or, for a mixture of experts, the router and a shared expert (the routed experts are
+    grouped GEMMs: gemms())."""
+    h, i = spec.hidden_size, spec.intermediate_size
+    d_q = spec.num_attention_heads * spec.head_dim
+    d_kv = spec.num_key_value_heads * spec.head_dim
+    fused = spec.model_type in _FUSED_QKV
+    layers = [(h, d_q + 2 * d_kv)] if fused else [(h, d_q), (h, d_kv), (h, d_kv)]
+    layers.append((d_q, h))
+    if spec.num_experts > 1:
+        layers.append((h, spec.num_experts))  # the router
+        shared = int(spec.config.get("shared_expert_intermediate_size") or 0)
+        if shared:
+            layers += [(h, shared), (h, shared), (shared, h), (h, 1)]  # gate, up, down, Qwen2-MoE's gate
+        return layers
+    if spec.gated_mlp:
+        layers += [(h, 2 * i)] if spec.model_type in _FUSED_GATE_UP else [(h, i), (h, i)]
+    else:
+        layers.append((h, i))
+    layers.append((i, h))
+    return layers
+
+
+def _linear_gemms(m: int, k: int, n: int, count: float, width: int, *, weight_grad: bool, forwards: int,
+                  grouped: bool = False) -> list[Gemm]:
+    """Returns the GEMMs of `count` linear layers (k -> n features) on m rows: `forwards` forward products
+    X W (m x k by k x n), the input gradient dY W^T (m x n by n x k) and, unless frozen, the weight gradient
+    X^T dY (k x m by m x n). Each reads both inputs and writes its output once."""
+    flops = 2.0 * m * k * n * count
+    forward = Gemm(forwards * flops, forwards * count * width * (m * k + k * n + m * n), grouped)
+    data_grad = Gemm(flops, count * width * (m * n + n * k + m * k), grouped)
+    result = [forward, data_grad]
+    if weight_grad:
+        result.append(Gemm(flops, count * width * (k * m + m * n + k * n), grouped))
+    return result
+
+
+def gemms(spec: ModelSpec, workload: Workload) -> list[Gemm]:
+    """Returns the micro-step's matrix multiplies by shape: the decoder's linear layers (forward, input and
+    weight gradients, the recomputed forward with checkpointing), the output head (not recomputed), and each
+    routed expert's grouped GEMMs on its T*k/E tokens (the routing spread evenly: a random-init model's, and
+    the best case for a trained one).
+
+    Each runs at the roofline of its shape, max(FLOPs / matmul rate, bytes / HBM rate): large matrices are
+    bound by their FLOPs, a matrix with few rows or a narrow side (a grouped-query k/v projection, a small
+    expert seeing a few hundred tokens, whose whole weight is read in every pass) by the bytes it moves. That
+    is why many small experts run far below the dense matmul rate; no per-shape constant is fitted.
+    """
+    tokens = workload.micro_batch_size * workload.seq_len
+    b = 4 if workload.precision == "fp32" else 2
+    trains_weights = workload.method not in ("lora", "qlora")
+    forwards = 2 if workload.gradient_checkpointing else 1
+    result: list[Gemm] = []
+    for k, n in layer_linears(spec):
+        result += _linear_gemms(tokens, k, n, spec.num_layers, b, weight_grad=trains_weights, forwards=forwards)
+    if workload.task == "causal-lm":
+        result += _linear_gemms(tokens, spec.hidden_size, spec.vocab_size, 1, b, weight_grad=trains_weights, forwards=1)
+    if spec.num_experts > 1:
+        h, i = spec.hidden_size, spec.intermediate_size
+        up = 2 * i if spec.gated_mlp else i  # gate and up stacked in one grouped GEMM
+        rows = max(1, round(tokens * spec.num_experts_per_tok / spec.num_experts))
+        count = spec.num_layers * spec.num_experts
+        for k, n in ((h, up), (i, h)):
+            result += _linear_gemms(rows, k, n, count, b, weight_grad=trains_weights, forwards=forwards, grouped=True)
+    # The shapes are the standard projections; matmul_flops counts from the exact parameter count. What the
+    # shapes do not cover (nothing for the architectures we measured: within 0.4%, GPT-2's position table
+    # being a lookup) runs at the matmul rate.
+    rest = matmul_flops(spec, workload) - sum(g.flops for g in result)
+    if rest > 0.01 * matmul_flops(spec, workload):
+        result.append(Gemm(rest, 0.0))
+    return result
+
+
+def gemm_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the seconds of the micro-step's matrix multiplies: each shape at its roofline (gemms())."""
+    cal = calibration or load_calibration()
+    rate = matmul_flops_per_s(gpu, workload.precision, calibration)
+    bandwidth = memory_bytes_per_s(gpu, calibration)
+    return sum(max(g.flops / (rate * (cal.grouped_gemm_fraction if g.grouped else 1.0)), g.bytes / bandwidth)
+               for g in gemms(spec, workload))  # fmt: skip
+
+
 def peak_flops(gpu: GPU, precision: str) -> float:
     """Returns the GPU's peak in FLOP/s for `precision`: the dense 16-bit tensor-core peak, or plain fp32."""
     tflops = gpu.peak_tflops_fp32 if precision == "fp32" else gpu.peak_dense_tflops_16bit
     return tflops * 1e12
 
 
-@lru_cache(maxsize=1)
-def reference_fractions() -> tuple[float, float, float]:
+def reference_fractions(calibration: Calibration | None = None) -> tuple[float, float, float]:
     """Returns the measured GPU's achieved/peak ratios: (matmul, device memory, attention)."""
-    ref = load_gpu_catalog()[REFERENCE_GPU]
-    peak = ref.peak_dense_tflops_16bit
-    matmul = (ref.achieved_matmul_tflops_16bit or peak) / peak
-    memory = (ref.achieved_memory_bandwidth_bytes_per_s or ref.memory_bandwidth_bytes_per_s) / ref.memory_bandwidth_bytes_per_s
-    attention = (ref.achieved_attention_tflops_16bit or peak) / peak
-    return matmul, memory, attention
+    cal = calibration or load_calibration()
+    return cal.matmul_fraction, cal.memory_fraction, cal.attention_fraction
 
 
-def matmul_flops_per_s(gpu: GPU, precision: str) -> float:
-    """Returns the matmul rate a training step reaches on `gpu`, in FLOP/s.
-
-    The GPU's measured rate where the catalog has one (H100-SXM); otherwise its peak times the H100's
-    measured achieved/peak ratio (an assumption for T4, A100, RTX 4090, H200, ...: same kernels, same share
-    of the peak). fp32 uses the plain fp32 peak (PyTorch's default keeps TF32 off for matmuls) at that ratio.
-    """
-    if precision != "fp32" and gpu.achieved_matmul_tflops_16bit:
-        return gpu.achieved_matmul_tflops_16bit * 1e12
-    return peak_flops(gpu, precision) * reference_fractions()[0]
+def matmul_flops_per_s(gpu: GPU, precision: str, calibration: Calibration | None = None) -> float:
+    """Returns the matmul rate a training step reaches on `gpu`, in FLOP/s: its catalog peak times the
+    reference GPU's measured achieved/peak ratio (measured on the H100; an assumption for T4, A100, RTX 4090,
+    H200, ...: same kernels, same share of the peak). fp32 uses the plain fp32 peak (PyTorch's default keeps
+    TF32 off for matmuls) at that ratio."""
+    return peak_flops(gpu, precision) * reference_fractions(calibration)[0]
 
 
-def attention_flops_per_s(gpu: GPU, precision: str) -> float:
-    """Returns the rate at which SDPA's attention kernels get through attention_flops on `gpu`, in FLOP/s:
-    measured where the catalog has it, else the peak times the H100's measured ratio."""
-    if precision != "fp32" and gpu.achieved_attention_tflops_16bit:
-        return gpu.achieved_attention_tflops_16bit * 1e12
-    return peak_flops(gpu, precision) * reference_fractions()[2]
+def attention_flops_per_s(gpu: GPU, precision: str, calibration: Calibration | None = None) -> float:
+    """Returns the rate at which SDPA's attention kernels get through attention_flops on `gpu`, in FLOP/s: the
+    peak times the reference GPU's measured ratio."""
+    return peak_flops(gpu, precision) * reference_fractions(calibration)[2]
 
 
-def memory_bytes_per_s(gpu: GPU) -> float:
-    """Returns the device-memory rate the step's memory-bound kernels reach on `gpu`, in bytes/s: measured
-    where the catalog has it, else the catalog bandwidth times the H100's measured ratio."""
-    if gpu.achieved_memory_bandwidth_bytes_per_s:
-        return float(gpu.achieved_memory_bandwidth_bytes_per_s)
-    return gpu.memory_bandwidth_bytes_per_s * reference_fractions()[1]
+def memory_bytes_per_s(gpu: GPU, calibration: Calibration | None = None) -> float:
+    """Returns the device-memory rate the step's memory-bound kernels and GEMM operands reach on `gpu`, in
+    bytes/s: the catalog bandwidth times the reference GPU's measured ratio."""
+    return gpu.memory_bandwidth_bytes_per_s * reference_fractions(calibration)[1]
 
 
 def stage3_fetches(spec: ModelSpec, workload: Workload, persistence_threshold: int | None = None) -> int:
@@ -345,19 +550,28 @@ def communication_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload)
     return volume * ring
 
 
-def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload) -> float:
-    """Returns PCIe transfer time plus CPU Adam time per optimizer step (0 without offload).
+def cpu_adam_params(spec: ModelSpec, strategy: Strategy, workload: Workload) -> float:
+    """Returns the parameters one node's CPUs update per optimizer step under optimizer offload (0 without):
+    the node's share of the trainable parameters, Psi * gpus_per_node / world_size."""
+    if strategy.offload_optimizer == "none":
+        return 0.0
+    return trainable_params(spec, workload) * workload.gpus_per_node / workload.world_size
+
+
+def pcie_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                 calibration: Calibration | None = None) -> float:
+    """Returns the host <-> device copy time of offload per optimizer step (0 without offload), CPU Adam apart.
 
     Optimizer offload (ZeRO-Offload): each GPU sends its gradient partition down (2 bytes * Psi/n, every
     micro-step, as stages 2/3 reduce every micro-step) and receives its updated 16-bit parameters back up
-    (2 bytes * Psi/n, once per step); the node's CPUs run Adam over the node's share, Psi * gpus_per_node / n.
-    ZeRO-3 keeping parameters on the GPU brings them up from pageable memory instead
-    (STAGE3_OFFLOAD_COPY_BYTES_PER_S).
-    Parameter offload (ZeRO-Infinity, stage 3): the parameter partition comes up from host memory for the
-    forward and again for the backward (one more time for a recomputed forward), every micro-step.
+    (2 bytes * Psi/n, once per step). ZeRO-3 keeping parameters on the GPU brings them up from pageable memory
+    instead (stage3_offload_copy_bytes_per_s). Parameter offload (ZeRO-Infinity, stage 3): the parameter
+    partition comes up from host memory for the forward and again for the backward (one more time for a
+    recomputed forward), every micro-step.
     """
     if strategy.offload_optimizer == "none" and strategy.offload_param == "none":
         return 0.0
+    cal = calibration or load_calibration()
     n = workload.world_size
     psi = trainable_params(spec, workload)
     b = 4 if workload.precision == "fp32" else 2
@@ -367,50 +581,93 @@ def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Wor
     seconds = 0.0
     if strategy.offload_optimizer != "none":
         seconds += (partition_bytes * accum + partition_bytes) / pcie
-        seconds += psi * workload.gpus_per_node / n / CPU_ADAM_PARAMS_PER_S_PER_NODE
         if strategy.stage == 3 and strategy.offload_param == "none":
-            seconds += partition_bytes / STAGE3_OFFLOAD_COPY_BYTES_PER_S
+            seconds += partition_bytes / cal.stage3_offload_copy_bytes_per_s
     if strategy.offload_param != "none":
         transfers = 3 if workload.gradient_checkpointing else 2
         seconds += transfers * weight_bytes(spec, workload) / n * accum / pcie
     return seconds
 
 
-def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload) -> float:
-    """Returns the GPU's seconds for one micro-step: weight matmuls and attention at their achieved rates plus
-    memory-bound traffic at the achieved HBM rate."""
-    matmul_s = matmul_flops(spec, workload) / matmul_flops_per_s(gpu, workload.precision)
-    attention_s = attention_flops(spec, workload) / attention_flops_per_s(gpu, workload.precision)
-    return matmul_s + attention_s + activation_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu)
+def offload_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                    calibration: Calibration | None = None) -> float:
+    """Returns PCIe transfer time plus CPU Adam time per optimizer step (0 without offload): pcie_seconds plus
+    cpu_adam_params at the host's CPU Adam rate (Calibration.cpu_adam_params_per_s_per_node)."""
+    cal = calibration or load_calibration()
+    adam = cpu_adam_params(spec, strategy, workload) / cal.cpu_adam_params_per_s_per_node
+    return pcie_seconds(spec, strategy, gpu, workload, cal) + adam
 
 
-def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload) -> float:
+def attention_mask_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes of explicit attention masks in one micro-step (0 where SDPA runs causal without one).
+
+    A sliding window the sequence reaches (memory.sdpa_masked_layers) makes transformers hand SDPA a boolean
+    (batch, 1, seq, seq) mask; flash attention takes none, so SDPA converts it into an additive bias in the
+    query's dtype (read 1 B, write `b` per position, every call) and runs the memory-efficient kernel, whose
+    grid walks query blocks within a head: each head reads the bias again, forward and backward.
+    """
+    if workload.attn_implementation != "sdpa":
+        return 0.0
+    masked = sdpa_masked_layers(spec, workload.seq_len)
+    if not masked:
+        return 0.0
+    b = 4 if workload.precision == "fp32" else 2
+    positions = workload.micro_batch_size * workload.seq_len * workload.seq_len
+    forward = positions * (1 + b + spec.num_attention_heads * b)
+    backward = positions * spec.num_attention_heads * b
+    return float(masked * (forward * (2 if workload.gradient_checkpointing else 1) + backward))
+
+
+def device_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes of the micro-step's memory-bound kernels: elementwise kernels and the loss
+    (activation_traffic_bytes), MoE routing and permutation (moe_traffic_bytes), explicit attention masks
+    (attention_mask_bytes). The GEMMs' own bytes are in their roofline (gemm_seconds)."""
+    return (activation_traffic_bytes(spec, workload) + moe_traffic_bytes(spec, workload)
+            + attention_mask_bytes(spec, workload))  # fmt: skip
+
+
+def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
+                           calibration: Calibration | None = None) -> float:
+    """Returns the GPU's seconds for one micro-step: weight matmuls at their rooflines, attention at its
+    achieved rate, memory-bound kernels at the achieved HBM rate."""
+    matmul_s = gemm_seconds(spec, gpu, workload, calibration)
+    attention_s = attention_flops(spec, workload) / attention_flops_per_s(gpu, workload.precision, calibration)
+    return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
+
+
+def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                      calibration: Calibration | None = None) -> float:
     """Returns the GPU optimizer step's seconds (once per optimizer step; 0 when the optimizer is offloaded).
 
     Stages 1-3 step the rank's partition only: trainable params / world size.
     """
     if strategy.offload_optimizer != "none":
         return 0.0
+    cal = calibration or load_calibration()
     psi = trainable_params(spec, workload)
     if strategy.stage >= 1:
         psi /= workload.world_size
-    return OPTIMIZER_BYTES_PER_PARAM * psi / memory_bytes_per_s(gpu)
+    return cal.optimizer_bytes_per_param * psi / memory_bytes_per_s(gpu, calibration)
 
 
-def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload) -> StepTime:
+def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                       calibration: Calibration | None = None) -> StepTime:
     """Returns the estimated StepTime of one optimizer step of `workload` under `strategy` on `gpu`s.
 
     `workload.world_size` GPUs each run `gradient_accumulation_steps` micro-steps of `micro_batch_size` x
-    `seq_len` tokens; compute is per GPU (data parallel), so more GPUs never slow it down.
+    `seq_len` tokens; compute is per GPU (data parallel), so more GPUs never slow it down. `calibration`
+    None: the committed constants (load_calibration()), the GPU's own measured rates where the catalog has
+    them; given: its constants everywhere (a refit, or this host's CPU Adam rate).
     """
+    cal = calibration or load_calibration()
     accum = workload.gradient_accumulation_steps
-    gpu_s = micro_step_gpu_seconds(spec, gpu, workload)
-    host_s = stage3_fetches(spec, workload) * STAGE3_SECONDS_PER_FETCH if strategy.stage == 3 else 0.0
+    gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration)
+    host_s = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
     stage3_s = accum * max(0.0, host_s - gpu_s)
-    optimizer_s = optimizer_seconds(spec, strategy, gpu, workload)
+    optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
     communication_s = communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload)
-    offload_s = offload_seconds(spec, strategy, gpu, workload)
+    offload_s = offload_seconds(spec, strategy, gpu, workload, cal)
     step_s = compute_s + stage3_s + optimizer_s + communication_s + offload_s
     tokens = workload.micro_batch_size * workload.seq_len * accum * workload.world_size
     return StepTime(

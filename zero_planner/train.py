@@ -18,6 +18,12 @@ final-adapter/ (LoRA/QLoRA: the peft adapter folder), unless save is none; alway
 picture run_report.html (report_page.py); logs/ with --report-to tensorboard or csv (DeepSpeed's monitor); and
 oom_rank{N}.json when a rank ran out of memory.
 
+Several nodes: before any heavy work every rank reports its plan and data digests (fingerprint.py) and the run
+stops with one line naming the first rank that differs. Where the nodes do not share OUTPUT_DIR (each writes
+to its own disk), checkpoints are node-local: DeepSpeed's `checkpoint.use_node_local_storage` makes each
+node's first rank save the module states beside its ranks' optimizer partitions, and each node marks and
+prunes its own checkpoints; final/ and run_report.json are written on node 0.
+
 Exit status: 0 done; 2 bad input; 3 out of memory; 128+signal when stopped by SIGINT/SIGTERM after saving.
 """
 
@@ -74,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
         )
     except InputError as error:
-        if int(os.environ.get("RANK", "0")) == 0:
+        # Once per node: across nodes each node's zero-run shows its own output.
+        if int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))) == 0:
             print(f"zero-run: error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
 
@@ -161,10 +168,22 @@ class Ranks:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.node = int(os.environ.get("CROSS_RANK", "0"))  # set by DeepSpeed's per-node launcher
         self.on_cuda = get_accelerator().device_name() == "cuda"
         if self.on_cuda:
+            visible = torch.cuda.device_count()
+            if self.local_rank >= visible:
+                import socket
+
+                message = (f"node {self.node} ({socket.gethostname()}) has {visible} GPUs visible; rank {self.rank} "
+                           f"needs GPU {self.local_rank} (the plan's gpus_per_node on every node)")  # fmt: skip
+                if self.local_rank == visible > 0:  # the first rank short of a GPU says it (main prints rank 0's)
+                    print(f"zero-run: error: {message}", file=sys.stderr, flush=True)
+                raise InputError(message)
             torch.cuda.set_device(self.local_rank)
         self.device = torch.device(f"cuda:{self.local_rank}" if self.on_cuda else "cpu")
+        self.checkpoint_writer = self.rank == 0
+        """Marks and prunes checkpoints: rank 0, or each node's first rank when checkpoints are node-local."""
 
     def barrier(self) -> None:
         self.dist.barrier()
@@ -186,6 +205,12 @@ class Ranks:
         out: list[Any] = [None] * self.world_size
         self.dist.all_gather_object(out, obj)
         return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """Returns rank 0's `obj` on every rank."""
+        out = [obj]
+        self.dist.broadcast_object_list(out, src=0)
+        return out[0]
 
 
 def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False) -> int:
@@ -223,9 +248,15 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
             f"(nodes({plan.hardware.nodes}) * gpus_per_node({plan.hardware.gpus_per_node})) "
             f"but {world} were launched"
         )
+    check_same_run(plan, ranks)
     output_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = output_dir / ckpt.CHECKPOINTS_DIR
     ds_config = dict(plan.deepspeed_config)
+    node_local = plan.hardware.nodes > 1 and not shared_output_dir(output_dir, ranks)
+    if node_local:
+        # Only where rank 0's folder is not everyone's: on a shared one, two nodes would write one file at once.
+        ds_config["checkpoint"] = {**ds_config.get("checkpoint", {}), "use_node_local_storage": True}
+        ranks.checkpoint_writer = ranks.local_rank == 0
     if t.report_to:  # DeepSpeed's monitor writes under this run's output folder, wherever the ranks start
         from zero_planner.dsconfig import with_monitor
 
@@ -242,7 +273,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
 
         datasets.disable_progress_bars()  # one progress bar (rank 0's) is enough
         if not ranks.all_ok(True):
-            raise InputError("rank 0 could not prepare the weights, tokenizer or data (its error is above)")
+            raise InputError("rank 0 could not prepare the weights, tokenizer or data (rank 0 printed why)")
     error: InputError | None = None
     try:
         weights = resolve_pretrained(source) if source is not None else None
@@ -292,6 +323,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     meter.enter("train")
 
     loaded = f"pretrained from {source}{', partitioned while loading' if stage == 3 else ''}" if source else "random init"
+    if node_local:
+        console.print(f"checkpoints: node-local (the nodes do not share {output_dir}; each saves its own part there)")
     console.print(
         f"zero-run: {plan.model.name} ({loaded}, {attn}) stage {plan.strategy.name or stage} on "
         f"{world} ranks; {_method_text(plan, trainable)}; micro-batch {micro} x accum {accum} x seq {seq_len}; "
@@ -379,7 +412,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                 if saving:
                     phase = "save"
                     meter.enter("save")
-                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft, resumed_from=resumed_from)
+                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft, node_local=node_local,
+                          resumed_from=resumed_from)
                     meter.enter("train")
                     console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
                 if stopping:
@@ -415,6 +449,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         report["warmup_steps"] = warm  # steps before these left out of tokens_per_second
         report["data"] = {"dataset": t.dataset, "format": data_format, "blocks": len(blocks),
                           "tokenizer": tokenizer.name, "init": plan.model.init, "load_path": source}  # fmt: skip
+        report["nodes"] = plan.hardware.nodes
+        report["checkpoint_storage"] = "node-local" if node_local else "shared"
         ckpt.write_json_atomic(output_dir / "run_report.json", report)
         _write_run_page(output_dir, report, console)
         console.print(report_table(report))
@@ -500,6 +536,35 @@ def _write_run_page(output_dir: Path, report: dict[str, Any], console) -> None:
         write_page(report, output_dir / PAGE_NAME)
     except Exception as error:  # noqa: BLE001 - the run's results are safe in run_report.json
         console.print(f"[yellow]warning:[/] could not draw {output_dir / PAGE_NAME}: {error}")
+
+
+def check_same_run(plan: Plan, ranks: Ranks) -> None:
+    """Raises InputError on every rank when a rank trains another plan or reads other data than rank 0
+    (fingerprint.py): one all-gather of a few digests, before the weights and data are loaded."""
+    from zero_planner.fingerprint import first_difference, rank_record
+
+    problem = first_difference(ranks.gather(rank_record(plan, rank=ranks.rank, local_rank=ranks.local_rank)),
+                               plan.training.dataset)  # fmt: skip
+    if problem:
+        raise InputError(problem)
+
+
+SHARED_PROBE = ".zero_run_shared_{}"
+
+
+def shared_output_dir(output_dir: Path, ranks: Ranks) -> bool:
+    """Returns whether every rank sees the file rank 0 writes in its `output_dir`: one folder for all (a shared
+    file system, or one machine), rather than one per node."""
+    import uuid
+
+    probe = output_dir / SHARED_PROBE.format(ranks.broadcast(uuid.uuid4().hex if ranks.rank == 0 else None))
+    if ranks.rank == 0:
+        probe.write_text("")
+    ranks.barrier()
+    shared = ranks.all_ok(probe.exists())
+    if ranks.rank == 0:
+        probe.unlink(missing_ok=True)
+    return shared
 
 
 def record_oom(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int, error: BaseException) -> dict:
@@ -671,8 +736,13 @@ def _resume(
     LoRA checkpoints hold only the trainable parameters (the frozen base comes from the plan), so their
     module state is loaded non-strictly.
     """
-    usable = ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
-    for step, path in usable:
+    usable = dict(ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}")))
+    # Node-local checkpoints: a step counts only where every node has it complete, and all ranks try the same.
+    everywhere = set.intersection(*(set(steps) for steps in ranks.gather(sorted(usable))))
+    for step in sorted(set(usable) - everywhere, reverse=True):
+        console.print(f"[yellow]warning:[/] checkpoint {usable[step]} is not complete on every node; "
+                      "using an earlier one")  # fmt: skip
+    for step, path in sorted(((s, usable[s]) for s in everywhere), reverse=True):
         state = ckpt.read_state(path)
         if state.get("world_size") != world:
             raise InputError(
@@ -710,21 +780,26 @@ def reapply_schedule(scheduler) -> None:
 
 
 def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan, *,
-          peft: bool = False, resumed_from: Path | None = None) -> None:  # fmt: skip
-    """Saves a DeepSpeed checkpoint, then (all ranks done) rank 0 marks it complete and prunes old ones down to
-    training.save_total_limit, never this one nor `resumed_from` (the checkpoint this run continued from).
+          peft: bool = False, node_local: bool = False, resumed_from: Path | None = None) -> None:  # fmt: skip
+    """Saves a DeepSpeed checkpoint, then (all ranks done) the writer marks it complete and prunes old ones down to
+    training.save_total_limit, never this one nor `resumed_from` (the checkpoint this run continued from): rank 0,
+    or with node-local checkpoints each node's first rank, for the files of its node.
 
     With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
     seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
     """
     tag_dir = ckpt_dir / ckpt.tag_for(step)
-    if ranks.rank == 0:
+    if ranks.checkpoint_writer:
         ckpt.clear_marker(tag_dir)
     ranks.barrier()
     engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name, exclude_frozen_parameters=peft)
     ranks.barrier()
-    if ranks.rank == 0:
+    if node_local:
+        losses = ranks.broadcast(losses)  # every node's marker holds rank 0's losses, as a shared one does
+    if ranks.checkpoint_writer:
         state = {"step": step, "losses": losses, "world_size": world, "seed": plan.training.seed, "time": time.time()}
+        if node_local:
+            state["node"] = ranks.node
         ckpt.write_marker(tag_dir, state)
         ckpt.prune(ckpt_dir, keep=plan.training.save_total_limit, protect=[tag_dir, *filter(None, [resumed_from])])
     ranks.barrier()
@@ -827,6 +902,8 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
 def _rank_stats(rank: int, on_cuda: bool, meter) -> dict[str, Any]:
     """Returns this rank's measured peaks in bytes over the whole run, and per phase (`phases`: load,
     initialize, resume, train, eval, save, export); device figures are None on CPU (no device allocator)."""
+    import socket
+
     measured = meter.report()
     phases = measured["phases"]
 
@@ -839,6 +916,8 @@ def _rank_stats(rank: int, on_cuda: bool, meter) -> dict[str, Any]:
         "peak_allocated_bytes": largest("peak_allocated_bytes") if on_cuda else None,
         "peak_reserved_bytes": largest("peak_reserved_bytes") if on_cuda else None,
         "host_rss_bytes": largest("host_rss_peak_bytes"),
+        "node": int(os.environ.get("CROSS_RANK", "0")),
+        "host": socket.gethostname(),
         **measured,
     }
 
