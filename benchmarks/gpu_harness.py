@@ -184,7 +184,8 @@ def need_bytes(case: dict, budget: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--suite", choices=sorted(SUITES), help="a suite of benchmarks/cases.py")
     parser.add_argument("--cases", type=Path, help="or a JSONL of cases (benchmarks/operating_point.py writes them)")
     parser.add_argument("--out", required=True, type=Path)

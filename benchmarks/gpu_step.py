@@ -22,7 +22,7 @@ STEPS = 4
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--case", required=True)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--local_rank", type=int, default=-1)

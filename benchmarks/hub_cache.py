@@ -91,7 +91,7 @@ def write_chat_data(path: Path, conversations: int, seed: int = 3) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--hub-id", required=True)
     parser.add_argument("--model-config", required=True, help="config.json of the model to save")
     parser.add_argument("--cache", required=True, help="the HF_HUB_CACHE folder to write into")

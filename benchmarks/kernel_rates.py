@@ -61,7 +61,7 @@ def _grouped_mm(x, w, offs):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--gpu", default=None, help="catalog GPU (default: from the device name)")
     parser.add_argument("--no-cpu-adam", action="store_true")

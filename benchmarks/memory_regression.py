@@ -49,6 +49,8 @@ def load_cases() -> list[dict]:
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
+                if "case" not in row:  # not a GPU harness result (benchmarks/cpu_rss.py writes its own rows)
+                    continue
                 row["file"] = path.name
                 rows.append(row)
     # An OOM on a GPU that another case shared says nothing about this case's own memory, unless the case ran
@@ -315,7 +317,7 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="print every case, not only the summary")
     args = parser.parse_args(argv)
 

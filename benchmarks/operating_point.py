@@ -124,7 +124,7 @@ def capacity_use(settings=SETTINGS, *, gpu: str = "H100", host: int = 120 * 2**3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="H100", help="catalog GPU the harness runs on")
     parser.add_argument("--capacity", default=None, help="emulated GPU capacity (24GiB); default the whole GPU")
     parser.add_argument("--host", default="120GiB", help="host memory the plans may use (per case)")

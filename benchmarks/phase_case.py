@@ -65,7 +65,7 @@ def read_run(output_dir: Path, rc: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--case", required=True)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--go-file", default=None, help="wait for this file before touching the GPU")

@@ -94,7 +94,7 @@ class Census:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--case", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--local_rank", type=int, default=-1)

@@ -180,7 +180,7 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("settings", nargs="+", help="model:gpu:seq[:key=value,...]")
     parser.add_argument("--out", type=Path, required=True, help="JSONL the cases are appended to")
     parser.add_argument("--harness-gpu", default="H100", choices=sorted(HARNESS_GPU_BYTES))

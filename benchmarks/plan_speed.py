@@ -267,7 +267,7 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per case (median reported)")
     parser.add_argument("--auto-only", action="store_true", help="time --gpus auto plans only (for a GPU host)")
     parser.add_argument("--json", type=Path, help="write every run and its provenance to this file")

@@ -71,7 +71,7 @@ def coefficients(measure, seqs: tuple[int, int] = SEQS) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--kinds", default="bfloat16/sdpa,bfloat16/eager,float32/sdpa", help="dtype/attention,...")

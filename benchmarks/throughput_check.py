@@ -92,7 +92,7 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False) -> list[Me
     cases = []
     for row in load_cases():
         case = row["case"]
-        if row["status"] != "ok" or row.get("gpu_shared") or case["num_gpus"] != 1:
+        if row["status"] != "ok" or row.get("gpu_shared") or case["num_gpus"] != 1 or case.get("kind") == "zero-run":
             continue
         # The harness times every micro-step (one forward/backward per engine step).
         times = (row["ranks"][0].get("step_times_s") or [])[warmup_steps(STRATEGIES[case["strategy"]].stage):]
@@ -246,7 +246,7 @@ def check_stated(computed: dict) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
     args = parser.parse_args(argv)
     cases = measured_cases(args.min_tokens, host_shared=True)

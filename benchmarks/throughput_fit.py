@@ -254,7 +254,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.throughput_check import measured_cases, validate
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
     parser.add_argument("--write", action="store_true", help="store the constants and errors in catalog/step_time.json")
     parser.add_argument("--kernels", type=Path, default=None,

@@ -96,7 +96,7 @@ def predicted_seconds(c: dict, gpu: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write benchmarks/suites/<suite>.jsonl")
     parser.add_argument("--suite", choices=sorted(SUITES), action="append", help="only these suites")
     args = parser.parse_args(argv)

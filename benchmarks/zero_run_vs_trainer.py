@@ -39,7 +39,7 @@ DEFAULT_CONFIG = ROOT / "benchmarks" / "model_configs" / "llama3.2-1b.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", default="auto", help="zero-plan --gpus: auto (this machine), 1xH100, cpu:1 ...")
     parser.add_argument("--model-config", default=str(DEFAULT_CONFIG), help="config.json (random init)")
     parser.add_argument("--seq-len", type=int, default=1024)

@@ -160,6 +160,9 @@ def _bad_ds_configs(tmp_path):
         (["--model", "./missing/config.json", "--gpus", "2xT4"], "no such file"),
         (["--gpus", "2xT4"], "required: --model"),
         ([*LLAMA, "--gpus", "2xT4", "--unknown-flag"], "unrecognized arguments"),
+        # No abbreviations: a prefix of --save-steps or --global-batch is refused, not read as the longer option.
+        ([*LLAMA, "--gpus", "2xT4", "--save-step", "5"], "unrecognized arguments: --save-step 5"),
+        ([*LLAMA, "--gpus", "2xT4", "--global", "8"], "unrecognized arguments: --global 8"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/missing.json"], "no such file"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/garbage.json"], "not valid JSON"),
         ([*LLAMA, "--gpus", "2xT4", "--ds-config", "{tmp}/list.json"], "JSON object expected"),
@@ -178,6 +181,42 @@ def test_bad_input_is_one_line_and_exit_2(fake, tmp_path, monkeypatch, capsys, a
     assert len(lines) == 1 and lines[0].startswith("zero-plan: error: ")
     assert message in lines[0]
     assert "Traceback" not in captured.err
+
+
+def test_every_parser_refuses_abbreviations():
+    """Every argparse parser of the package and the benchmarks is built with allow_abbrev=False (zero-plan's,
+    zero-run's and the trainer's are exercised by their bad-input tests)."""
+    import ast
+
+    parsers = []
+    for path in sorted([*(ROOT / "zero_planner").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                "ArgumentParser", "_Parser"):  # fmt: skip
+                allow = [getattr(k.value, "value", k.value) for k in node.keywords if k.arg == "allow_abbrev"]
+                parsers.append((f"{path.relative_to(ROOT)}:{node.lineno}", allow))
+    assert len(parsers) >= 15  # zero-plan, zero-run, the trainer, the package's tools and the benchmarks
+    assert [where for where, allow in parsers if allow != [False]] == []
+
+
+def test_trainer_refuses_abbreviations(capsys):
+    from zero_planner.train import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--plan", "p.json", "--max-step", "3"])
+    assert "unrecognized arguments: --max-step 3" in capsys.readouterr().err
+
+
+def test_malformed_dataset_is_named_by_zero_plan(fake, tmp_path, capsys):
+    """zero-plan --dataset reads the file through: the bad line now, not inside the ranks after launch."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"text": "fine"}\n' * 3 + '{"text": "cut off\n')
+    out = tmp_path / "plan.json"
+    rc = main([*LLAMA, "--gpus", "2xT4", "--dataset", str(data), "-o", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2 and not out.exists()
+    assert captured.err == (f"zero-plan: error: --dataset file '{data}' line 4: not valid JSON (Unterminated string "
+                            f"starting at, column 10): '{{\"text\": \"cut off'\n")  # fmt: skip
 
 
 def test_import_does_not_load_heavy_libraries():
@@ -334,6 +373,24 @@ def test_export_writes_hand_off_files_beside_the_plan(real_memory, tmp_path, cap
     exported = json.loads((tmp_path / f"plan.{kind}" / "ds_config.json").read_text())
     assert exported == json.loads((tmp_path / "plan.ds_config.json").read_text())
     assert f"{kind}: wrote" in capsys.readouterr().out
+
+
+def test_export_takes_several_kinds(real_memory, tmp_path, capsys):
+    """--export repeats and takes comma lists; each kind is written once, in its own folder."""
+    plan_path = tmp_path / "plan.json"
+    rc = main(["--model", "benchmarks/model_configs/llama-tiny.json", "--gpus", "cpu:2", "--cpu-mem", "8GiB",
+               "--seq-len", "128", "-o", str(plan_path), "--export", "axolotl,trl", "--export", "hf-trainer",
+               "--export", "axolotl"])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    for kind in ("axolotl", "trl", "hf-trainer"):
+        assert (tmp_path / f"plan.{kind}" / "ds_config.json").is_file()
+        assert f"{kind}: wrote" in out
+    assert out.count("axolotl: wrote") == 3  # ds_config.json, axolotl.yml, command.sh: written once
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["plan.axolotl", "plan.hf-trainer", "plan.trl"]
+    assert main(["--model", "gpt2", "--gpus", "1xT4", "--export", "axolotl,trll"]) == 2
+    err = capsys.readouterr().err
+    assert "'trll' is not one of hf-trainer, accelerate, axolotl, llamafactory, trl (did you mean trl?)" in err
 
 
 def test_ds_config_estimates_the_adapter_rank_asked_for(real_memory, capsys):

@@ -102,3 +102,110 @@ def test_byte_tokenizer_fits_the_vocab():
     assert full.decode(full.encode("héllo")) == "héllo"
     tok = load_tokenizer({"vocab_size": 512, "eos_token_id": [2, 5]}, choice="bytes")
     assert tok.name == "byte-level" and tok.eos_token_id == 2
+
+
+# --- local data files are read through before any rank starts (issue 25) ---
+
+def _settings(dataset, **kw):
+    from conftest import make_plan
+
+    plan = make_plan("2")
+    for key, value in {"dataset": dataset, **kw}.items():
+        setattr(plan.training, key, value)
+    return plan.training
+
+
+GOOD_JSONL = '{"text": "one"}\n{"text": "two"}\n\n{"text": "three"}\n'
+CHAT = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+
+
+@pytest.mark.parametrize("name, content, settings, message", [
+    # JSON Lines: the first bad line, by number, with an excerpt (the ranks said only "could not be read as json:
+    # Unexpected character found when decoding 'null'").
+    ("d.jsonl", '{"text": "a"}\n{"text": "b"}\n{"text": nul}\n{"text": "d"}\n', {},
+     "--dataset file '{path}' line 3: not valid JSON (Expecting value, column 10): '{\"text\": nul}'"),
+    ("d.jsonl", '{"text": "a"}\n["b"]\n', {}, "line 2: a JSON list, not an object of columns"),
+    ("d.jsonl", '{"text": "a"}\n{"body": "b"}\n', {}, "line 2: no value for column 'text'"),
+    ("d.jsonl", '{"text": "a"}\n{"text": 7}\n', {}, "line 2: column 'text' is a int, not a string: '7'"),
+    ("d.jsonl", '{"text": "' + "x" * 200 + '"\n{"text": "y"}\n', {}, "line 1: not valid JSON (Expecting ',' "
+     "delimiter, column 212): '{\"text\": \"" + "x" * 50 + "...'"),
+    ("d.jsonl", CHAT + '\n{"messages": "hello"}\n', {}, "line 2: column 'messages' is not a list of {role, content}"),
+    ("d.jsonl", '{"prompt": "p", "response": "r"}\n{"prompt": "p"}\n', {}, "line 2: no value for column 'response'"),
+    ("d.jsonl", "\n\n", {}, "holds no rows"),
+    ("d.json", '[{"text": "a"},\n {"text": "b",}\n]', {}, "line 2: not valid JSON (Expecting property name"),
+    ("d.json", '{\n "text": ["a", "b"],\n "label": [1]\n}', {}, "its columns have different lengths [1, 2]"),
+    # one object on one line is one row, as datasets reads it
+    ("d.json", '{"text": ["a", "b"]}', {}, "line 1: column 'text' is a list, not a string"),
+    # CSV: a row with more fields than the header; an empty field (pandas reads it as no value)
+    ("d.csv", 'text,label\na,1\n"b, c",0,extra\n', {}, "line 3: 3 fields, the header has 2"),
+    ("d.csv", "text,label\na,1\n,0\n", {}, "line 3: no value for column 'text'"),
+    ("d.txt", b"fine\n\xff\xfe broken\n", {}, "line 2: not UTF-8 text"),
+    ("d.parquet", b"PAR1 not really parquet", {}, "is not a readable Parquet file"),
+    # seq-cls labels, as load_classification_dataset reads them
+    ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": 5}\n', {"task": "seq-cls"},
+     "line 2: label 5; labels must be integers in [0, 2)"),
+    ("d.csv", "text,label\na,0\nb,1\nc,2\n", {"task": "seq-cls"}, "line 4: label 2"),
+    ("d.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n{"text": "c", "label": "z"}\n',
+     {"task": "seq-cls"}, "has 3 label names ['x', 'y', 'z'] but the plan has num_labels(2)"),
+    ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": "y"}\n', {"task": "seq-cls"},
+     "mixes integer labels and class names"),
+    # a held-out share that leaves nothing to train on, counted from the file
+    ("d.jsonl", GOOD_JSONL, {"eval_split": "3"}, "--eval-split 3 holds out all 3 rows"),
+])  # fmt: skip
+def test_bad_local_data_is_named_by_file_and_line(tmp_path, name, content, settings, message):
+    from zero_planner.data import check_local_data
+
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(InputError) as caught:
+        check_local_data(_settings(str(path), **settings))
+    text = str(caught.value)
+    assert message.replace("{path}", str(path)) in text
+    assert "\n" not in text and len(text) < 300
+
+
+@pytest.mark.parametrize("name, content, settings", [
+    ("d.jsonl", GOOD_JSONL, {"eval_split": "0.3"}),
+    ("d.jsonl", "\ufeff" + CHAT + "\n" + CHAT + "\n", {}),  # a byte-order mark, chat rows
+    ("d.json", '[{"text": "a"}, {"text": "b"}]', {}),
+    ("d.json", '{\n  "text": ["a", "b"]\n}\n', {}),
+    ("d.json", '["plain", "strings"]', {}),
+    ("d.csv", 'text,label\na,1\n"b, with comma",0\n', {"task": "seq-cls"}),
+    ("d.csv", "text,label\na,pos\nb,neg\n", {"task": "seq-cls"}),
+    ("d.txt", "one\n\ntwo\n", {}),
+])  # fmt: skip
+def test_good_local_data_passes(tmp_path, name, content, settings):
+    from zero_planner.data import check_local_data
+
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    check_local_data(_settings(str(path), **settings))
+
+
+def test_parquet_footer_is_checked(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from zero_planner.data import check_local_data
+
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), tmp_path / "nulls.parquet")
+    with pytest.raises(InputError, match="column 'text' has 1 empty"):
+        check_local_data(_settings(str(tmp_path / "nulls.parquet")))
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    with pytest.raises(InputError, match="column 'text' is int64, not a string"):
+        check_local_data(_settings(str(tmp_path / "ints.parquet")))
+    pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "good.parquet")
+    check_local_data(_settings(str(tmp_path / "good.parquet")))
+
+
+def test_every_file_of_a_folder_and_the_eval_file_are_read(tmp_path):
+    from zero_planner.data import check_local_data
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text(GOOD_JSONL)
+    (tmp_path / "data" / "b.jsonl").write_text('{"text": "x"}\n{"text": ]\n')
+    with pytest.raises(InputError, match=r"b\.jsonl' line 2"):
+        check_local_data(_settings(str(tmp_path / "data")))
+    (tmp_path / "eval.jsonl").write_text("not json\n")
+    with pytest.raises(InputError, match=r"--eval-split file '.*eval\.jsonl' line 1"):
+        check_local_data(_settings(str(tmp_path / "data" / "a.jsonl"), eval_split=str(tmp_path / "eval.jsonl")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -155,3 +156,37 @@ def test_hand_off_commands_set_the_allocator_the_plan_assumes(gpu, expected):
              export.hf_trainer_launch(plan), export.trl_launch(plan)]  # fmt: skip
     for argv in lines:
         assert [a for a in argv if a.startswith("PYTORCH_CUDA_ALLOC_CONF=")] == expected
+
+
+FAKE_TOOL = """#!/bin/sh
+# Stands in for axolotl, llamafactory-cli and deepspeed: every file a hand-off command names must exist from here.
+for arg in "$@"; do
+    case "$arg" in
+        your_train.py) ;;  # the user's own script, named relative to where they run it
+        *.yml|*.yaml|*.json|*.py) [ -f "$arg" ] || { echo "missing: $arg (from $PWD)"; exit 3; } ;;
+    esac
+done
+echo "ran $(basename "$0")"
+"""
+
+
+@pytest.mark.parametrize("kind, script", [("axolotl", "command.sh"), ("llamafactory", "command.sh"),
+                                          ("trl", "command.sh"), ("hf-trainer", "launch.sh")])  # fmt: skip
+def test_hand_off_commands_run_from_any_directory(tmp_path, monkeypatch, kind, script):
+    """Written into a relative folder, each command finds its files when run from another directory."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("axolotl", "llamafactory-cli", "deepspeed"):
+        (bin_dir / name).write_text(FAKE_TOOL)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "planned-here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "planned-here")
+    export.WRITERS[kind](make_plan("2", precision="bf16"), "out")
+    command = tmp_path / "planned-here" / "out" / script
+    done = subprocess.run(["sh", str(command)], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("ran ")

@@ -106,6 +106,29 @@ def test_commands(tmp_path):
                                  str(tmp_path / "l" / "llamafactory.yaml")]  # fmt: skip
 
 
+def test_axolotl_names_the_attention_by_its_current_key(tmp_path, capsys, monkeypatch):
+    """The export writes attn_implementation (Axolotl warns that sdp_attention is deprecated); --from-axolotl
+    reads a YAML with either key to the same estimate, with no "not modelled" note for SDPA."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main([*ROUND_TRIPS[-1].values[0], "-o", str(tmp_path / "plan.json"), "--export", "axolotl"]) == 0
+    current = tmp_path / "plan.axolotl" / "axolotl.yml"
+    config = yaml.safe_load(current.read_text())
+    assert config["attn_implementation"] == "sdpa" and "sdp_attention" not in config
+    assert "attn_implementation" in CATALOG["axolotl"]["keys"]
+    legacy = tmp_path / "legacy.yml"
+    legacy.write_text(yaml.safe_dump({**{k: v for k, v in config.items() if k != "attn_implementation"},
+                                      "sdp_attention": True}))  # fmt: skip
+    answers = []
+    for path in (current, legacy):
+        capsys.readouterr()
+        assert main(["--from-axolotl", str(path), "--gpus", "cpu:2", "--cpu-mem", "8GiB", "--model",
+                     "benchmarks/model_configs/llama-tiny.json", "--json"]) == 0  # fmt: skip
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0]["estimate"] == answers[1]["estimate"]
+    for answer in answers:
+        assert not [note for note in answer["notes"] if "SDPA" in note]
+
+
 @pytest.mark.parametrize("case", PLANS)
 def test_trl_config_is_accepted_by_sftconfig_and_agrees_with_the_json(tmp_path, case):
     """TRL's SFTConfig takes the keywords, and HF's DeepSpeed integration finds no mismatch with the JSON."""

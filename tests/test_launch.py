@@ -80,8 +80,8 @@ def test_dry_run_prints_command_and_json(plan_file, capsys):
     out = capsys.readouterr().out
     first, rest = out.split("\n", 1)
     # The interpreter running zero-run runs the launcher module: no `deepspeed` script on PATH needed.
-    assert first == (f"DS_ACCELERATOR=cpu {sys.executable} -m deepspeed.launcher.runner --num_gpus 2 "
-                     f"--master_port 29500 --module zero_planner.train --plan {path}")  # fmt: skip
+    assert first == (f"DS_ACCELERATOR=cpu {sys.executable} -m deepspeed.launcher.runner --log_level error "
+                     f"--num_gpus 2 --master_port 29500 --module zero_planner.train --plan {path}")  # fmt: skip
     assert json.loads(rest) == make_plan(gpu="cpu").deepspeed_config
 
 
@@ -115,6 +115,8 @@ def test_script_with_trailing_args(plan_file, tmp_path, capsys):
         (["--script", "/no/such/train.py"], {}, "does not exist"),
         ([], {"nodes": 2, "gpu": "H100"}, "pass --hostfile"),
         (["--max-steps", "0"], {}, "--max-steps 0"),
+        (["--max-step", "5"], {}, "unrecognized arguments: --max-step 5"),  # no abbreviations
+        (["--save-step", "5"], {}, "unrecognized arguments: --save-step 5"),
     ],
 )
 def test_bad_input_exits_2(plan_file, capsys, argv_tail, plan_kw, message):
@@ -193,11 +195,28 @@ def test_preflight_refuses_qlora_on_cpu_before_any_rank_starts(tmp_path):
     assert any("QLoRA needs a CUDA GPU" in p for p in problems)
 
 
-def test_runnable_needs_no_deepspeed_script_on_path():
+def test_runnable_needs_no_deepspeed_script_on_path(monkeypatch):
+    monkeypatch.setattr(launch, "launcher_takes_log_level", lambda: False)
     argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
     assert runnable(argv, python="/venv/bin/python")[:4] == ["/venv/bin/python", "-m", "deepspeed.launcher.runner",
                                                               "--num_gpus"]  # fmt: skip
     assert runnable(["torchrun", "x.py"]) == ["torchrun", "x.py"]
+
+
+def test_one_node_runner_is_quiet_where_deepspeed_lets_it(tmp_path):
+    """DeepSpeed's runner warns on every one-node launch that it found no hostfile: --log_level error where the
+    installed runner has the option (this venv's does), never with a hostfile."""
+    argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
+    assert launch.launcher_takes_log_level()  # deepspeed 0.19 here
+    assert runnable(argv, python="py")[:6] == ["py", "-m", "deepspeed.launcher.runner", "--log_level", "error",
+                                               "--num_gpus"]  # fmt: skip
+    hosts = tmp_path / "hostfile"
+    argv, _ = build_launch(gpu_plan(nodes=2), plan_path="p.json", hostfile=str(hosts), master_port=1)
+    assert "--log_level" not in runnable(argv)
+    from deepspeed.launcher.runner import parse_args  # the runner's own parser accepts the command
+
+    parsed = parse_args(runnable(build_launch(gpu_plan(), plan_path="p.json", master_port=1)[0])[3:])
+    assert parsed.log_level == "error" and parsed.user_script == "zero_planner.train" and parsed.module
 
 
 @pytest.mark.parametrize(
@@ -384,3 +403,82 @@ def test_node_refuses_to_start_without_node0_or_its_gpus(plan_file, monkeypatch,
     assert main([str(path), "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", port]) == 2
     assert capsys.readouterr().err == ("zero-run: refusing to launch: node 0: the plan needs 8 GPUs per node (H100); "
                                        "this machine has 4\n")  # fmt: skip
+
+# --- every input check before the first rank starts (issue 25) ---
+
+
+def _plan_with(tmp_path, **training):
+    from zero_planner.plan import save_plan
+
+    plan = make_plan(gpu="cpu", output_dir=str(tmp_path / "run"), **training)
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    return path
+
+
+CHAT_ROW = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+
+
+@pytest.mark.parametrize("files, training, argv_tail, message", [
+    # a config-only model with no tokenizer: found inside the ranks before, after the launcher had started
+    ({}, {"tokenizer": None}, [], "llama-tiny comes with no tokenizer (a config only): pass --tokenizer bytes|PATH|HUB_ID"),
+    ({"tok/README": "no tokenizer here"}, {"tokenizer": "{tmp}/tok"}, [], "tok has no tokenizer files"),
+    # a malformed data file: found inside the ranks as "could not be read as json: Unexpected character ..."
+    ({"d.jsonl": '{"text": "a"}\n{"text": nul}\n'}, {"dataset": "{tmp}/d.jsonl"}, [],
+     "--dataset file '{tmp}/d.jsonl' line 2: not valid JSON"),
+    ({"d.jsonl": '{"text": "a"}\n', "bad.jsonl": "[1, 2\n"}, {}, ["--dataset", "{tmp}/bad.jsonl"],
+     "bad.jsonl' ends before its JSON is complete (line 2: Expecting ',' delimiter); truncated?"),
+    ({"d.jsonl": '{"text": "a"}\n', "e.jsonl": "{}\n"}, {"dataset": "{tmp}/d.jsonl"}, ["--eval-split", "{tmp}/e.jsonl"],
+     "--eval-split file '{tmp}/e.jsonl' line 1: no value for column 'text'"),
+    # chat rows need a chat template, which the byte-level tokenizer lacks
+    ({"chat.jsonl": CHAT_ROW}, {"dataset": "{tmp}/chat.jsonl"}, [], "the byte-level tokenizer has none"),
+    ({"chat.jsonl": CHAT_ROW, "tok/tokenizer_config.json": "{}"},
+     {"dataset": "{tmp}/chat.jsonl", "tokenizer": "{tmp}/tok"}, [], "tok has none: pass --tokenizer PATH|HUB_ID"),
+])  # fmt: skip
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_inputs_are_refused_before_any_rank_starts(tmp_path, capsys, files, training, argv_tail, message, dry_run):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    training = {k: v.replace("{tmp}", str(tmp_path)) if isinstance(v, str) else v for k, v in training.items()}
+    path = _plan_with(tmp_path, **training)
+    argv = [str(path), *(a.replace("{tmp}", str(tmp_path)) for a in argv_tail)] + (["--dry-run"] if dry_run else [])
+    assert main(argv) == 2  # no_spawn: nothing was launched
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("zero-run: error: ")
+    assert message.replace("{tmp}", str(tmp_path)) in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_resume_from_checkpoints_of_another_world_size_is_refused(tmp_path, capsys):
+    from zero_planner import checkpoint as ckpt
+
+    path = _plan_with(tmp_path)
+    tag = tmp_path / "run" / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(4)
+    tag.mkdir(parents=True)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    ckpt.write_marker(tag, {"step": 4, "losses": [1.0] * 4, "world_size": 4})
+    assert main([str(path), "--resume"]) == 2
+    assert "was written by 4 ranks; this plan has 2" in capsys.readouterr().err
+
+
+def test_qlora_without_bitsandbytes_is_refused_before_launch(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    plan = gpu_plan(method="qlora", lora={"r": 8, "quantization": "nf4"})
+    with pytest.raises(launch.InputError, match="QLoRA needs bitsandbytes"):
+        launch.check_inputs(plan)
+
+
+def test_good_inputs_pass(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    (tmp_path / "chat.jsonl").write_text(CHAT_ROW)
+    launch.check_inputs(make_plan(dataset=str(tmp_path / "d.jsonl")))
+    launch.check_inputs(make_plan(dataset=str(tmp_path / "chat.jsonl"), tokenizer=str(tmp_path / "tok")))
+    plan = make_plan(tokenizer=None)
+    plan.model.source, plan.model.hub_id = "catalog", "meta-llama/Llama-3.2-1B"  # its own tokenizer, from the hub
+    launch.check_inputs(plan)

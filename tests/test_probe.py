@@ -52,6 +52,48 @@ def test_fitting_candidates_in_the_planners_order():
     assert probe.ranked_candidates(probe_plan()) == [2, 3, 1]
 
 
+# Seven strategies x checkpointing, as a CPU plan ranks them (no tokens/s: by strategy order, checkpointing off
+# first): the probe of issue 25 took 0, 1 and 2 without checkpointing, three ties of one family.
+EVERY_STRATEGY = [make_candidate(name, micro_batch_size=4, checkpointing=ckpt, fits=True, peak_bytes=GIB,
+                                 tokens_per_second=None, chosen=(name, ckpt) == ("0", False))
+                  for name in ("0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all")
+                  for ckpt in (False, True)]  # fmt: skip
+
+
+def _kinds(plan, order):
+    return [(probe.FAMILIES[plan.candidates[i].strategy.name], plan.candidates[i].gradient_checkpointing) for i in order]
+
+
+def test_probe_takes_one_candidate_per_family_and_checkpointing():
+    plan = make_plan("0", candidates=[dict(c) for c in EVERY_STRATEGY])
+    order = probe.probe_order(plan, 3)
+    assert [(plan.candidates[i].strategy.name, plan.candidates[i].gradient_checkpointing) for i in order] == [
+        ("0", False), ("0", True), ("2-offload", False)]  # fmt: skip
+    every = probe.probe_order(plan, 14)
+    kinds = _kinds(plan, every)
+    assert len(set(kinds[:8])) == 8  # 4 families x checkpointing first: each kind once
+    assert sorted(every) == list(range(14))  # then the rest of the ranking, each candidate once
+    assert every[8:] == [i for i in probe.ranked_candidates(plan) if i not in every[:8]]
+
+
+def test_probe_takes_the_fastest_predicted_of_each_kind():
+    """Among one kind, the fastest predicted; kinds in order of their fastest member."""
+    tps = {("0", False): 900, ("1", False): 950, ("2", False): 940, ("3", False): 700, ("3", True): 500,
+           ("2-offload", False): 300, ("1", True): 800}  # fmt: skip
+    candidates = [make_candidate(name, micro_batch_size=4, checkpointing=ckpt, fits=True, peak_bytes=GIB,
+                                 tokens_per_second=speed, chosen=(name, ckpt) == ("1", False))
+                  for (name, ckpt), speed in tps.items()]  # fmt: skip
+    plan = make_plan("1", gpu="H100", candidates=[dict(c) for c in candidates])
+    order = probe.probe_order(plan, 4)
+    names = [(plan.candidates[i].strategy.name, plan.candidates[i].gradient_checkpointing) for i in order]
+    assert names == [("1", False), ("1", True), ("3", False), ("3", True)]
+    text = probe.selection_text(plan, 4, 6)
+    assert text.startswith("probe: running 4 of 7 fitting candidates, 6 steps each (2 warm-up): the fastest "
+                           "predicted of each strategy family")  # fmt: skip
+    assert "fill the rest" not in text
+    assert "5 such kinds fit, the next fastest fill the rest" in probe.selection_text(plan, 7, 6)
+
+
 def test_oom_steps_the_micro_batch_down_and_failures_do_not_stop_the_probe():
     runner = FakeRunner({("2", 8): RunOutcome("oom", message="CUDA out of memory"),
                          ("2", 4): RunOutcome("oom", message="CUDA out of memory"),
@@ -253,9 +295,10 @@ def test_zero_run_probe_dry_run_lists_the_launches(plan_file, capsys):
     path = plan_file(gpu="H100", micro_batch_size=8, candidates=[dict(c) for c in CANDIDATES])
     assert launch.main([str(path), "--probe", "2", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
-    assert lines[0].startswith("probe 1: stage 2, ckpt off, micro-batch 8: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True deepspeed")
-    assert "--module zero_planner.probe --plan PROBE_DIR/plan.json" in lines[1] and "stage 3" in lines[1]
+    assert len(lines) == 3
+    assert lines[0].startswith("probe: running 2 of 3 fitting candidates, 6 steps each (2 warm-up): the fastest")
+    assert lines[1].startswith("probe 1: stage 2, ckpt off, micro-batch 8: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True deepspeed")
+    assert "--module zero_planner.probe --plan PROBE_DIR/plan.json" in lines[2] and "stage 3" in lines[2]
 
 
 @pytest.fixture
@@ -323,8 +366,10 @@ def test_zero_plan_probe_writes_the_probed_plan(tmp_path, fake_launches, capsys)
     assert rc == 0 and not spawned and len(runner.calls) == 2
     probed = load_plan(tmp_path / "plan.probed.json")
     planned = load_plan(out)
-    assert probed.probe.probed == probe.ranked_candidates(planned)[:2]
+    assert probed.probe.probed == probe.probe_order(planned, 2)
+    assert len(set(_kinds(planned, probed.probe.probed))) == 2  # two kinds of step, not two ties of one family
     assert probed.probe.planned == probe.ranked_candidates(planned)[0]
+    assert "the fastest predicted of each strategy family" in " ".join(text.split())
     assert f"Run:  zero-run {tmp_path / 'plan.probed.json'}" in text
 
 
@@ -397,3 +442,35 @@ def test_probe_launches_get_a_parsable_cuda_arch_list(tmp_path, monkeypatch, cap
     probe.LaunchRunner(workdir=tmp_path, steps=3)(plan)
     assert seen and seen[0]["TORCH_CUDA_ARCH_LIST"] == "9.0"
     assert "TORCH_CUDA_ARCH_LIST='9.0a'" in capsys.readouterr().err
+
+
+def test_ranking_table_fits_100_columns(plan_file, monkeypatch):
+    """The widest cells a probe writes (3-offload-all, a stepped-down micro-batch, 'interrupted', eight-digit
+    tokens/s, three-digit GiB) still fit 100 columns, unabbreviated, as does the line saying what is probed. The
+    progress lines and the verdict stay one line each, as long as their error messages (logs to grep)."""
+    import io
+
+    from rich.console import Console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    candidates = [make_candidate(name, micro_batch_size=64, checkpointing=ckpt, fits=True, peak_bytes=123 * GIB,
+                                 tokens_per_second=12_345_678 - n, chosen=n == 0)
+                  for n, (name, ckpt) in enumerate([("3-offload-all", True), ("2-offload", True), ("3", False)])]  # fmt: skip
+    path = plan_file(gpu="H200", micro_batch_size=64, candidates=candidates)
+    runner = FakeRunner({("3-offload-all", 64): RunOutcome("oom", message="CUDA out of memory"),
+                         ("3-offload-all", 32): RunOutcome("ok", tokens_per_second=12_000_000.0,
+                                                           peak_allocated_bytes=140 * GIB, host_rss_bytes=999 * GIB,
+                                                           device="NVIDIA H200"),
+                         "2-offload": RunOutcome("error", message="x" * 300), "3": KeyboardInterrupt()})  # fmt: skip
+    out = io.StringIO()
+    console = Console(file=out, width=100, highlight=False)
+    probe.probe_and_write(path, 3, runner=runner, steps=6, console=console)
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith(("probe 1/", "probe 2/",
+                                                                                  "probe 3/", "Chosen:"))]  # fmt: skip
+    assert lines[0].startswith("probe: running 3 of 3 fitting candidates")
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    table = "\n".join(lines)
+    for cell in ("3-offload-all", "64->32", "interrupted", "12,345,678", "12,000,000", "123.00", "140.00", "999.00"):
+        assert cell in table, cell
+    assert "…" not in table
+    assert probe._console().width == 100  # written to a pipe (pytest's capture): 100 columns, not 160

@@ -313,3 +313,53 @@ def test_stage3_fine_tunes_an_exported_model(straight_run, tmp_path):
     assert main([str(tmp_path / "plan.json")]) == 0
     first_loss = report_of(tmp_path / "ft")["losses"][0]
     assert first_loss < report_of(straight_dir)["losses"][0] - 1.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["2", "3"])  # DeepSpeed's all-gather (1-3) and reduce-scatter (3)
+def test_a_normal_run_prints_no_library_warning(strategy, tmp_path, capfd):
+    """Issue 25: a normal CPU zero-run (a checkpoint mid-run and at the end, the final export) prints no library
+    warning: not torch's deprecation of the collectives DeepSpeed calls, not bitsandbytes' CPU-kernel line, not
+    the runner's missing-hostfile WARNING. Everything the launcher and both ranks wrote is read here."""
+    import re
+
+    assert main([str(write_plan(tmp_path, strategy, max_steps=3, save_every=2))]) == 0
+    out, err = capfd.readouterr()
+    noisy = [line for line in (out + err).splitlines()
+             if re.search(r"warn|deprecat|Failed to load|\[INFO\]", line, re.IGNORECASE)]  # fmt: skip
+    assert noisy == []
+    assert "checkpoint" in out and "final model" in out  # the run did save and export
+
+
+def test_training_warning_filters_are_narrow():
+    """quiet_training_run drops exactly the listed warnings: the same categories with other messages still show."""
+    import logging
+    import warnings
+
+    from zero_planner.quiet import BNB_CPU_KERNEL_LOGGER, quiet_training_run
+
+    logger = logging.getLogger(BNB_CPU_KERNEL_LOGGER)
+    filters = list(logger.filters)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quiet_training_run()
+            warnings.warn("barrier(): using the device under current context. You can specify `device_id` in "
+                          "`init_process_group` to mute this warning.", UserWarning)  # fmt: skip
+            warnings.warn("`torch.distributed.all_gather_into_tensor` is deprecated. Please use "
+                          "`torch.distributed.all_gather_single` instead.", FutureWarning)  # fmt: skip
+            warnings.warn("`torch.distributed.reduce_scatter_tensor` is deprecated.", FutureWarning)
+            warnings.warn("something else the user should see", UserWarning)
+            warnings.warn("`gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+        assert [str(w.message) for w in caught] == ["something else the user should see",
+                                                     "`gradient_checkpointing` is deprecated and will be removed in v6."]
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger.addHandler(handler)
+        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "No module named 'kernels'")
+        logger.warning("Some other bitsandbytes warning")
+        logger.removeHandler(handler)
+        assert [r.getMessage() for r in records] == ["Some other bitsandbytes warning"]
+    finally:
+        logger.filters[:] = filters

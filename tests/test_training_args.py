@@ -38,7 +38,8 @@ def test_zero_plan_records_how_zero_run_loads(capsys, model, extra, init, load_p
 
 def test_zero_plan_records_data_and_hyperparameters(capsys, tmp_path):
     data = tmp_path / "chat.jsonl"
-    data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    # Four rows: zero-plan reads the file through, and a held-out share of one row would leave none to train on.
+    data.write_text((json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n") * 4)
     plan = planned(capsys, "--model", "llama3.2-1b", "--dataset", str(data), "--eval-split", "0.05", "--lr", "3e-5",
                    "--lr-scheduler", "cosine", "--warmup", "0.03", "--epochs", "2", "--save-steps", "100",
                    "--seed", "7", "--tokenizer", "bytes")  # fmt: skip

@@ -67,8 +67,23 @@ def _choice(choices: Sequence[str]):
     return parse
 
 
+def _choices(choices: Sequence[str]):
+    """argparse type of a comma list of `choices` (each checked as _choice does); with action="extend", a
+    repeated flag adds to the list."""
+    one = _choice(choices)
+
+    def parse(text: str) -> list[str]:
+        values = [one(part) for part in text.split(",") if part.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} names none of {', '.join(choices)}")
+        return values
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
+        allow_abbrev=False,  # a prefix is never read as another option: --save-step is refused, not --save-steps
         prog=PROG,
         description="Predict DeepSpeed ZeRO memory per GPU, choose the strategy and batch that fit, write the plan.",
         epilog="Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input.",
@@ -212,11 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--export",
-        type=_choice(EXPORT_CHOICES),
+        type=_choices(EXPORT_CHOICES),
+        action="extend",
         default=None,
-        metavar="{" + ",".join(EXPORT_CHOICES) + "}",
-        help="also write hand-off files beside the plan: HF TrainingArguments + DeepSpeed JSON + launch line, "
-        "an Accelerate config YAML with the DeepSpeed plugin, an Axolotl or LLaMA-Factory YAML + command, or a "
+        metavar="KIND[,KIND...]",
+        help=f"also write hand-off files beside the plan, one folder per kind ({', '.join(EXPORT_CHOICES)}; "
+        "repeat the flag or give a comma list): HF TrainingArguments + DeepSpeed JSON + launch line, an "
+        "Accelerate config YAML with the DeepSpeed plugin, an Axolotl or LLaMA-Factory YAML + command, or a "
         "TRL SFTTrainer script + launch line",
     )
     parser.add_argument("--probe", type=positive_int, default=None, metavar="K", help="then run the K best "
@@ -349,6 +366,10 @@ def run(args: argparse.Namespace) -> int:
 
     if fits:
         result_plan.notes += apply_training_args(result_plan, args, planning=True)
+        if args.dataset or args.eval_split:
+            from zero_planner.data import check_local_data
+
+            check_local_data(result_plan.training)  # a malformed file: its name and line now, not inside a rank
     if fits and args.validate:
         _validate(result_plan, given=ds_config is not None, quiet=args.json)
     written = _write(result_plan, args.output) if fits and args.output else None
@@ -375,8 +396,8 @@ def run(args: argparse.Namespace) -> int:
         why = render.why_chosen(result.options, result.chosen) if fits else None
     if fits:
         render.print_next_steps(console, result_plan, written, args.output, why=why)
-        for path in exported:
-            render.say(console, f"{args.export}: wrote {path}", hang="  ")
+        for kind, path in exported:
+            render.say(console, f"{kind}: wrote {path}", hang="  ")
     elif args.output:
         render.say(console, f"No plan written to {args.output}: nothing fits.")
     if fits and args.probe is not None:
@@ -525,15 +546,19 @@ def export_dir(output: str | None, kind: str) -> Path:
     return Path(f"zero-plan.{kind}")
 
 
-def _export(plan: Plan, kind: str, output: str | None) -> list[Path]:
-    """Writes the hand-off files of `kind` for `plan`; returns their paths."""
+def _export(plan: Plan, kinds: Sequence[str], output: str | None) -> list[tuple[str, Path]]:
+    """Writes the hand-off files of each of `kinds` (once each, in the order given) for `plan`; returns
+    (kind, path) for every file written."""
     from zero_planner import export
 
-    target = export_dir(output, kind)
-    try:
-        return export.WRITERS[kind](plan, target)
-    except OSError as error:
-        raise InputError(f"--export {kind}: cannot write {str(target)!r} ({error.strerror or error})") from None
+    written = []
+    for kind in dict.fromkeys(kinds):
+        target = export_dir(output, kind)
+        try:
+            written += [(kind, path) for path in export.WRITERS[kind](plan, target)]
+        except OSError as error:
+            raise InputError(f"--export {kind}: cannot write {str(target)!r} ({error.strerror or error})") from None
+    return written
 
 
 def _no_plan_json(result, estimate) -> dict:

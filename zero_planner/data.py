@@ -89,6 +89,19 @@ def load_text_dataset(spec: str, text_field: str = "text", *, seed: int = 1234):
     return ds.rename_column(field, "text") if field != "text" else ds
 
 
+def builder_for(spec: str, files: list[str]) -> str:
+    """Returns the `datasets` builder that reads the local `files` of `spec` (json, csv, parquet, text); InputError
+    for a type it cannot read or a mix of types."""
+    suffixes = {Path(f).suffix for f in files}
+    unknown = suffixes - set(FILE_BUILDERS)
+    if unknown:
+        raise InputError(f"dataset files of type {sorted(unknown)} are not supported; use {sorted(FILE_BUILDERS)}")
+    builders = {FILE_BUILDERS[s] for s in suffixes}
+    if len(builders) > 1:
+        raise InputError(f"dataset {spec!r} mixes file types {sorted(suffixes)}; use one type")
+    return builders.pop()
+
+
 def _load_raw(spec: str, text_field: str | None, split: str = "train"):
     """Returns (dataset with all its columns, name of its text column) from local files or the hub.
 
@@ -97,14 +110,7 @@ def _load_raw(spec: str, text_field: str | None, split: str = "train"):
 
     files = resolve_files(spec)
     if files is not None:
-        suffixes = {Path(f).suffix for f in files}
-        unknown = suffixes - set(FILE_BUILDERS)
-        if unknown:
-            raise InputError(f"dataset files of type {sorted(unknown)} are not supported; use {sorted(FILE_BUILDERS)}")
-        builders = {FILE_BUILDERS[s] for s in suffixes}
-        if len(builders) > 1:
-            raise InputError(f"dataset {spec!r} mixes file types {sorted(suffixes)}; use one type")
-        builder = builders.pop()
+        builder = builder_for(spec, files)
         try:
             ds = datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as error:  # datasets raises many types for malformed files
@@ -189,6 +195,295 @@ def check_columns(t) -> None:
             f"dataset {t.dataset!r} has no column {missing[0]!r} for {fmt} data; columns: {columns} (pass "
             f"--text-column, --messages-column or --prompt-column/--response-column)"
         )
+
+
+# --- local data files, read through before any rank starts ---
+
+EXCERPT_CHARS = 60
+"""Characters of a bad line quoted in the error."""
+
+
+def check_local_data(t) -> None:
+    """Raises InputError (one line: the option, the file, the line or what is wrong, an excerpt) when a local
+    dataset or eval file of training settings `t` (TrainingInfo) would fail inside the ranks: every line of JSON
+    Lines parsed (a .json array whole), CSV rows against the header, Parquet's footer and null counts, text
+    decoded as UTF-8; in every row, the columns the data format needs, of the type it needs (seq-cls: the text
+    and a valid label); a held-out eval share that leaves training rows. Reads each file once, in this process
+    (zero-plan --dataset, zero-run before it launches); hub datasets are the ranks' to load."""
+    if t.dataset != "synthetic":
+        files = resolve_files(t.dataset)
+        if files is not None:
+            builder_for(t.dataset, files)
+            rows = sum(_check_file(path, t, "--dataset") for path in files)
+            _check_held_out(t, rows)
+    if t.eval_split is not None and not _is_number(t.eval_split):
+        files = resolve_files(t.eval_split)
+        if files is not None:
+            builder_for(t.eval_split, files)
+            for path in files:
+                _check_file(path, t, "--eval-split")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_held_out(t, rows: int) -> None:
+    """The test of _eval_rows, on the row count: a share or count must leave training rows."""
+    if t.eval_split is None or not _is_number(t.eval_split):
+        return
+    share = float(t.eval_split)
+    if rows < 2 or (share if share >= 1 else round(share * rows)) >= rows:
+        raise InputError(f"--eval-split {t.eval_split} holds out all {rows} rows of {t.dataset!r}; give a smaller "
+                         f"share")  # fmt: skip
+
+
+def _check_file(path: str, t, option: str) -> int:
+    """Returns the rows of one local data file after checking them (InputError otherwise)."""
+    where = f"{option} file {path!r}"
+    suffix = Path(path).suffix
+    if suffix == ".txt":
+        return _check_text(path, where)
+    if suffix == ".parquet":
+        return _check_parquet(path, t, where)
+    checker = _RowChecker(t, where, csv=suffix == ".csv")
+    rows = _csv_rows(path, where) if suffix == ".csv" else _json_rows(path, where)
+    for line, row in rows:
+        checker(line, row)
+    checker.finish()
+    if not checker.rows:
+        raise InputError(f"{where} holds no rows")
+    return checker.rows
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "...")
+
+
+def _json_rows(path: str, where: str):
+    """Yields (line number, row) of a JSON Lines file, or of a .json array or column object (line None).
+
+    Each line must be a JSON object, as the `json` builder reads it (a leading UTF-8 byte-order mark is allowed)."""
+    import json
+
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip()
+    whole = None
+    if head.startswith(b"[") or (head.startswith(b"{") and not _first_line_is_json(path)):
+        # One JSON value over the file: an array of rows, or an object of columns (pretty-printed).
+        try:
+            whole = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        except UnicodeDecodeError as error:
+            raise InputError(f"{where} is not UTF-8 text (byte {error.start})") from None
+        except json.JSONDecodeError as error:
+            if head.startswith(b"["):
+                if error.pos >= len(error.doc.rstrip()):
+                    raise InputError(f"{where} ends before its JSON is complete (line {error.lineno}: {error.msg}); "
+                                     f"truncated?") from None  # fmt: skip
+                bad = error.doc.splitlines()[error.lineno - 1]
+                raise InputError(f"{where} line {error.lineno}: not valid JSON ({error.msg}, column {error.colno}): "
+                                 f"{_excerpt(bad)}") from None  # fmt: skip
+            # Not one object either: read it as JSON Lines below, which names the first bad line.
+    if isinstance(whole, list):
+        for row in whole:
+            yield None, ({"text": row} if isinstance(row, str) else row)
+        return
+    if isinstance(whole, dict):
+        if not (whole and all(isinstance(v, list) for v in whole.values())):
+            raise InputError(f"{where}: one JSON object that is not columns of equal-length lists (for rows, write "
+                             f"one object per line)")  # fmt: skip
+        lengths = {len(v) for v in whole.values()}
+        if len(lengths) > 1:
+            raise InputError(f"{where}: its columns have different lengths {sorted(lengths)}")
+        for i in range(lengths.pop()):
+            yield None, {k: v[i] for k, v in whole.items()}
+        return
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(f"{where} line {number}: not UTF-8 text (byte {error.start} of the line)") from None
+            if not line.strip():
+                continue
+            line = line.rstrip("\r\n")
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InputError(f"{where} line {number}: not valid JSON ({error.msg}, column {error.colno}): "
+                                 f"{_excerpt(line)}") from None  # fmt: skip
+            if not isinstance(row, dict):
+                raise InputError(f"{where} line {number}: a JSON {type(row).__name__}, not an object of columns: "
+                                 f"{_excerpt(line)}")  # fmt: skip
+            yield number, row
+
+
+def _first_line_is_json(path: str) -> bool:
+    import json
+
+    with open(path, "rb") as f:
+        first = next((line for line in f if line.strip()), b"")
+    try:
+        json.loads(first.decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _csv_rows(path: str, where: str):
+    """Yields (line number, row dict) of a CSV file; InputError for a row with more fields than the header."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if not header:
+                raise InputError(f"{where} has no header row")
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) > len(header):
+                    raise InputError(f"{where} line {reader.line_num}: {len(row)} fields, the header has "
+                                     f"{len(header)}: {_excerpt(','.join(row))}")  # fmt: skip
+                # pandas (the csv builder) reads an empty or missing field as NaN: no value.
+                yield reader.line_num, {k: (v if v != "" else None) for k, v in zip(header, row)}
+        except UnicodeDecodeError as error:
+            raise InputError(f"{where} near line {reader.line_num + 1}: not UTF-8 text (byte {error.start})") from None
+        except csv.Error as error:
+            raise InputError(f"{where} line {reader.line_num}: {error}") from None
+
+
+def _check_text(path: str, where: str) -> int:
+    rows = 0
+    with open(path, "rb") as f:
+        for rows, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8-sig" if rows == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(f"{where} line {rows}: not UTF-8 text (byte {error.start} of the line)") from None
+    if not rows:
+        raise InputError(f"{where} is empty")
+    return rows
+
+
+def _check_parquet(path: str, t, where: str) -> int:
+    """Returns the rows of a Parquet file from its footer: the columns the format needs present, of a usable
+    type, and without nulls (row-group statistics); the values themselves are left to the ranks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as error:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+        raise InputError(f"{where} is not a readable Parquet file ({' '.join(str(error).split())[:200]})") from None
+    schema = pf.schema_arrow
+    needed = needed_columns(schema.names, t)
+    for name in needed:
+        if name not in schema.names:
+            raise InputError(f"{where} has no column {name!r}; columns: {schema.names}")
+        kind = schema.field(name).type
+        want = {"text": pa.types.is_string(kind) or pa.types.is_large_string(kind),
+                "list": pa.types.is_list(kind) or pa.types.is_large_list(kind),
+                "label": pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)}
+        expected = _column_kind(name, t)
+        if not want[expected]:
+            raise InputError(f"{where}: column {name!r} is {kind}, not {_KIND_WORDS[expected]}")
+        index = schema.names.index(name)
+        meta = pf.metadata
+        nulls = sum(meta.row_group(g).column(index).statistics.null_count for g in range(meta.num_row_groups)
+                    if meta.row_group(g).column(index).statistics is not None)  # fmt: skip
+        if nulls:
+            raise InputError(f"{where}: column {name!r} has {nulls} empty (null) values")
+    if not pf.metadata.num_rows:
+        raise InputError(f"{where} holds no rows")
+    return pf.metadata.num_rows
+
+
+def needed_columns(columns: list[str], t) -> list[str]:
+    """Returns the columns training settings `t` read from data with `columns`: the text (and, for seq-cls, the
+    label), the messages of chat data, or the prompt and response."""
+    if t.task == "seq-cls":
+        return [t.text_field, LABEL_FIELD]
+    fmt = detect_format(columns, t)
+    return {"text": [t.text_field], "chat": [t.messages_field],
+            "prompt-response": [t.prompt_field, t.response_field]}[fmt]  # fmt: skip
+
+
+def _column_kind(name: str, t) -> str:
+    if t.task == "seq-cls" and name == LABEL_FIELD:
+        return "label"
+    return "list" if t.task == "causal-lm" and name == t.messages_field else "text"
+
+
+_KIND_WORDS = {"text": "a string", "list": "a list of {role, content} messages", "label": "an integer or a class name"}
+
+
+class _RowChecker:
+    """Checks rows one at a time against the columns the data format needs (decided from the first row)."""
+
+    def __init__(self, t, where: str, *, csv: bool = False):
+        self.t, self.where, self.csv = t, where, csv
+        self.needed: list[str] | None = None
+        self.rows = 0
+        self.labels: dict = {}
+        """Each label value -> where it first occurs."""
+
+    def __call__(self, line: int | None, row: dict) -> None:
+        at = f"{self.where} line {line}" if line is not None else f"{self.where} row {self.rows + 1}"
+        if not isinstance(row, dict):
+            raise InputError(f"{at}: a {type(row).__name__}, not an object of columns")
+        if self.needed is None:
+            self.needed = needed_columns(list(row), self.t)
+        self.rows += 1
+        for name in self.needed:
+            value = row.get(name)
+            if value is None:
+                raise InputError(f"{at}: no value for column {name!r} (columns: {list(row)})")
+            kind = _column_kind(name, self.t)
+            if kind == "text" and not isinstance(value, str):
+                raise InputError(f"{at}: column {name!r} is a {type(value).__name__}, not a string: "
+                                 f"{_excerpt(str(value))}")  # fmt: skip
+            if kind == "list" and not (isinstance(value, list) and value and all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)):  # fmt: skip
+                raise InputError(f"{at}: column {name!r} is not a list of {{role, content}} messages: "
+                                 f"{_excerpt(str(value))}")  # fmt: skip
+            if kind == "label":
+                self._label(at, value)
+
+    def _label(self, at: str, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise InputError(f"{at}: label {value!r} is neither an integer nor a class name")
+        if value not in self.labels:
+            self.labels[value] = at
+            if len(self.labels) > 10_000:
+                raise InputError(f"{at}: more than 10,000 distinct labels; labels are class indices or names")
+
+    def finish(self) -> None:
+        """Checks the labels as load_classification_dataset will read them: all class names (at most
+        num_labels of them), or all integers in [0, num_labels); a CSV column of digits is read as integers."""
+        if not self.labels:
+            return
+        n, values = self.t.num_labels, list(self.labels)
+        if self.csv and all(v.lstrip("-").isdigit() for v in values):
+            values = [int(v) for v in values]
+            self.labels = dict(zip(values, self.labels.values()))
+        if all(isinstance(v, str) for v in values):
+            if len(values) > n:
+                raise InputError(f"{self.where} has {len(values)} label names {sorted(values)[:10]} but the plan "
+                                 f"has num_labels({n}) (plan with --num-labels {len(values)})")  # fmt: skip
+            return
+        if not all(isinstance(v, int) for v in values):
+            raise InputError(f"{self.where} mixes integer labels and class names; use one kind")
+        bad = next((v for v in values if not 0 <= v < n), None)
+        if bad is not None:
+            raise InputError(f"{self.labels[bad]}: label {bad}; labels must be integers in [0, {n}) "
+                             f"(num_labels({n})) or class names")  # fmt: skip
 
 
 # --- causal-lm training data: plain text, chat, prompt-response; train and eval splits ---

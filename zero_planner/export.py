@@ -118,6 +118,8 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
     out.mkdir(parents=True, exist_ok=True)
     ds_path = out / DS_CONFIG_FILE
     written = [_write(ds_path, json.dumps(plan.deepspeed_config, indent=2) + "\n")]
+    # Absolute (as every path written into a hand-off file): launch.sh runs from any directory.
+    ds_path = ds_path.resolve()
     args = hf_trainer_args(plan, str(ds_path))
     written.append(_write(out / TRAINING_ARGS_FILE, json.dumps(args, indent=2) + "\n"))
     line = shlex.join(hf_trainer_launch(plan, str(ds_path), script))
@@ -233,7 +235,9 @@ def axolotl_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> tuple[di
     dataset = DATASET_PLACEHOLDER if t.dataset == "synthetic" else t.dataset
     config["datasets"] = [{"path": dataset, "type": "completion", "field": t.text_field}]
     config["sequence_len"] = t.seq_len
-    config["sdp_attention"] = t.attn_implementation == "sdpa"  # the attention zero-plan's activations assume
+    # The attention zero-plan's activations assume. Axolotl's own key for it: `sdp_attention: true` is deprecated
+    # there in favour of attn_implementation (the importer reads both).
+    config["attn_implementation"] = t.attn_implementation
     config["micro_batch_size"] = t.micro_batch_size
     config["gradient_accumulation_steps"] = t.gradient_accumulation_steps
     config["max_steps"] = t.max_steps
@@ -345,7 +349,8 @@ def _write_tool(plan: Plan, out_dir: str | Path, tool: str, file_name: str, buil
     comments = "".join(f"# not mapped: {line}\n" for line in unmapped)
     config_path = out / file_name
     written.append(_write(config_path, f"# Written by zero-plan for {plan.model.name}\n" + comments + to_yaml(config)))
-    script = _write(out / COMMAND_FILE, _command_text(plan, tool, command(plan, str(config_path)), unmapped))
+    # The config by its absolute path: command.sh runs from any directory (the YAML names the JSON the same way).
+    script = _write(out / COMMAND_FILE, _command_text(plan, tool, command(plan, str(config_path.resolve())), unmapped))
     script.chmod(0o755)
     written.append(script)
     return written
@@ -425,7 +430,8 @@ def write_trl(plan: Plan, out_dir: str | Path) -> list[Path]:
     script_path = out / TRL_SCRIPT
     written.append(_write(script_path, trl_script(plan, str(ds_path.resolve()))))
     unmapped = _common_unmapped(plan, "TRL")
-    command = _write(out / COMMAND_FILE, _command_text(plan, "TRL", [trl_launch(plan, str(script_path))], unmapped))
+    launch = trl_launch(plan, str(script_path.resolve()))  # absolute: command.sh runs from any directory
+    command = _write(out / COMMAND_FILE, _command_text(plan, "TRL", [launch], unmapped))
     command.chmod(0o755)
     written.append(command)
     return written

@@ -188,7 +188,7 @@ def cpu_adam_rate(say: Callable[[str], None] = lambda _: None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Measure DeepSpeed CPU Adam's rate on this machine and cache it.")
+    parser = argparse.ArgumentParser(allow_abbrev=False, description="Measure DeepSpeed CPU Adam's rate on this machine and cache it.")
     parser.add_argument("--json", action="store_true", help="print the measurement as one JSON line")
     parser.add_argument("--no-cache", action="store_true", help="do not write the cache")
     parser.add_argument("--params", type=int, default=BENCH_PARAMS)

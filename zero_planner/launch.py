@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import re
@@ -189,12 +190,31 @@ def _node_launcher(hw, nodes: int, node_rank: int, hostfile: str | None, master_
 
 def runnable(argv: Sequence[str], python: str | None = None) -> list[str]:
     """Returns the command zero-run actually spawns: a leading `deepspeed` replaced by `python -m
-    deepspeed.launcher.runner`, a leading `python` by the interpreter (the one running zero-run by default)."""
+    deepspeed.launcher.runner`, a leading `python` by the interpreter (the one running zero-run by default). On
+    one node, where the installed runner takes it, with `--log_level error`: the runner's WARNING that it found no
+    hostfile (there is none to find on one node) and its INFO lines (the command zero-run prints itself, each rank
+    spawned and exiting) are left out; its errors still show."""
     if argv and argv[0] == "deepspeed":
-        return [python or sys.executable, "-m", LAUNCHER_MODULE, *argv[1:]]
+        quiet = ["--log_level", "error"] if "--hostfile" not in argv and launcher_takes_log_level() else []
+        return [python or sys.executable, "-m", LAUNCHER_MODULE, *quiet, *argv[1:]]
     if argv and argv[0] == "python":
         return [python or sys.executable, *argv[1:]]
     return list(argv)
+
+
+@functools.lru_cache(maxsize=1)
+def launcher_takes_log_level() -> bool:
+    """Returns True when the installed DeepSpeed's runner has --log_level (a recent option: 0.19.8 has it, and a
+    runner without it refuses the launch). Reads the runner's source rather than importing deepspeed (torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        return '"--log_level"' in (Path(spec.origin).parent / "launcher" / "runner.py").read_text()
+    except OSError:
+        return False
 
 
 def launch_command(plan: Plan, plan_path: str = "plan.json") -> list[str]:
@@ -488,6 +508,43 @@ def visible_devices() -> list[str] | None:
     return [d.strip() for d in value.split(",") if d.strip()] or None
 
 
+def check_inputs(plan: Plan, *, resume: bool = False, output_dir: str | None = None) -> None:
+    """Raises InputError (one line, exit 2) for what zero-run's own ranks would otherwise find only after the
+    launcher has started them: a pretrained plan naming no weights, no tokenizer to be had (a config-only model
+    without --tokenizer, a folder without tokenizer files), chat data for a tokenizer without a chat template,
+    a malformed local data file (data.check_local_data: the file, the line, an excerpt), QLoRA without
+    bitsandbytes, and --resume from checkpoints another number of ranks wrote. Reads files only (no torch)."""
+    import importlib.util
+
+    from zero_planner import checkpoint as ckpt
+    from zero_planner.data import check_local_data, detect_format, peek_columns, resolve_files
+    from zero_planner.tokenizer import TOKENIZER_FIX, check_tokenizer, has_chat_template
+
+    t, m = plan.training, plan.model
+    if m.init == "pretrained" and not (m.load_path or m.weights_path):
+        raise InputError(f"the plan says pretrained weights for {m.name!r} but names no load_path (plan again, or "
+                         f"pass --init random)")  # fmt: skip
+    folder = check_tokenizer(plan)
+    files = resolve_files(t.dataset) if t.dataset != "synthetic" and t.task == "causal-lm" else None
+    columns = peek_columns(files) if files else None
+    if columns is not None and detect_format(columns, t) == "chat":
+        if t.tokenizer == "bytes" or (folder is not None and not has_chat_template(folder)):
+            name = "the byte-level tokenizer" if t.tokenizer == "bytes" else f"the tokenizer in {folder}"
+            raise InputError(f"chat data ({t.messages_field} column) goes through a chat template, and {name} has "
+                             f"none: {TOKENIZER_FIX.replace('bytes|', '')}")  # fmt: skip
+    check_local_data(t)
+    if t.method == "qlora" and plan.hardware.gpu != "cpu" and importlib.util.find_spec("bitsandbytes") is None:
+        raise InputError("QLoRA needs bitsandbytes, which is not installed here: pip install bitsandbytes")
+    if resume:
+        usable = ckpt.usable_checkpoints(Path(output_dir or t.output_dir) / ckpt.CHECKPOINTS_DIR)
+        if usable:
+            step, path = usable[0]
+            written = ckpt.read_state(path).get("world_size")
+            if written != plan.hardware.world_size:
+                raise InputError(f"--resume: checkpoint {path} was written by {written} ranks; this plan has "
+                                 f"{plan.hardware.world_size} (resume with the plan it was trained with)")  # fmt: skip
+
+
 # --- the CLI ---
 
 
@@ -500,10 +557,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
+        allow_abbrev=False,  # a prefix is never read as another option: --save-step is refused, not --save-steps
         prog="zero-run",
         description="Train from a zero-plan plan file through the deepspeed launcher.",
         epilog="Arguments after -- go to the --script.",
-        allow_abbrev=False,
     )
     parser.add_argument("plan", help="plan file written by zero-plan -o")
     parser.add_argument("--dry-run", action="store_true", help="print the command and DeepSpeed JSON; launch nothing")
@@ -591,6 +648,9 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.script is not None and not Path(args.script).is_file():
         raise InputError(f"--script {args.script!r} does not exist")
+    if args.script is None:
+        # What the ranks would find only after the launcher started them: exit 2 now (--dry-run included).
+        check_inputs(plan, resume=args.resume, output_dir=output_dir)
     if args.slurm:
         return write_sbatch(args, plan, script_args, output_dir)
     per_node = args.node_rank is not None

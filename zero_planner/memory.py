@@ -56,6 +56,19 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 # Measured peak RSS 1.98-2.07 GiB for every non-offload case on H100/H200 (benchmarks/results).
 PROCESS_RSS_BYTES = int(2.1 * GiB)
 
+# The same for a CPU process (--gpus cpu:N): no CUDA runtime or context; torch's CPU build, deepspeed, transformers,
+# datasets and the data, gloo and DeepSpeed's shared-memory all-reduce buffer. Its model's tensors (the "device"
+# peak) and any offloaded states come on top, in the same host memory. Measured: zero-run's peak RSS per rank
+# (run_report.json host_rss_bytes) less the predicted peak allocated, for llama-tiny (benchmarks/model_configs,
+# 0.5M parameters) on cpu:2, seq 128, micro-batch 4 x accumulation 2, 4 steps, each of the seven strategies: RSS
+# 0.574-0.594 GiB, less 0.018-0.023 GiB = 0.552-0.574 GiB; the largest is taken (the development machine, 2 x86-64
+# cores, Python 3.11, torch 2.13.0+cpu, deepspeed 0.19.8, transformers 5.24.0, datasets 5.2.0, 2026-11-25;
+# benchmarks/cpu_rss.py, benchmarks/results/cpu-rss-2026-11-25.jsonl: per node 1.154-1.184 GiB measured,
+# 1.193-1.199 predicted). The GPU baseline above predicted 4.20 GiB per node for the demo's two processes, which
+# ran in 1.15. Not explained yet: a 58M-parameter Llama (fp32 states 0.87 GiB at stage 0) measured 13-20% above
+# this prediction, at every strategy (same file).
+CPU_PROCESS_RSS_BYTES = int(0.575 * GiB)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -584,14 +597,16 @@ def estimate_memory(
     # more than the model has tensors (147 pinned for Llama-3.2-1B's 146 tensors, measured).
     tied_head = ((spec.vocab_size * spec.hidden_size, 1),) if spec.tie_word_embeddings else ()
     offloaded = () if adapters else spec.tensor_sizes + tied_head
-    host = _host_bytes(strategy, P, n, workload.gpus_per_node, w, offloaded, workload.precision)
-    if off_param:
-        # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
-        host += (W - w * P) // n * workload.gpus_per_node if adapters else 0
-    parts = host_parts(strategy, P, n, w, offloaded, workload.precision)
+    # A CPU process (--gpus cpu:N) holds its "device" tensors in host memory too; torch.save of CPU storages
+    # copies nothing, and ZeRO-3 takes no trip through host memory to defragment (benchmarks/cpu_rss.py).
+    on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
+    process = CPU_PROCESS_RSS_BYTES + peak if on_cpu else PROCESS_RSS_BYTES
+    parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu)
     if off_param and adapters:
+        # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
-    staging = checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
+    host = max(parts.process + parts.states + parts.step_transient, parts.defragment) * workload.gpus_per_node
+    staging = 0 if on_cpu else checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
     # The module's own checkpoint file (rank 0). torch.save copies it to the host a storage at a time, so a save
     # holds its largest storage: below ZeRO-3 the trainable weights are views of one flat 16-bit buffer
     # (FP16_Optimizer, stage_1_and_2.py bit16_groups_flat), the whole W; fp32 at stage 0 keeps separate tensors
@@ -608,6 +623,8 @@ def estimate_memory(
         module_storage = w * spec.largest_tensor_numel
     else:
         module_storage = module_file
+    if on_cpu:
+        module_storage = 0
     host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=max(staging, module_storage),
                                    module_file=module_file, W=W, P=P)  # fmt: skip
     buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
@@ -831,9 +848,9 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     if strategy.offload_optimizer != "none":
         resume = held + (adapter16 if adapters else W)
     elif strategy.stage == 0:
-        resume = RSS_AT_ZERO3_INIT_BYTES + weights16 + states
+        resume = parts.process_at_initialize + weights16 + states
     else:
-        resume = RSS_AT_ZERO3_INIT_BYTES + max(weights16, states)
+        resume = parts.process_at_initialize + max(weights16, states)
     save = (held + staging) * g
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
     if parts.defragment and strategy.offload_optimizer == "none":
@@ -897,11 +914,14 @@ class HostParts:
     """Host buffers of the optimizer step only (a sub-group's 16-bit copy, fp16's overflow check)."""
     defragment: int
     """ZeRO-3's peak at initialize with parameters on the GPU (the partition copied through host memory)."""
+    process_at_initialize: int = RSS_AT_ZERO3_INIT_BYTES
+    """The process right after deepspeed.initialize, before training (a CPU process: the whole of `process`)."""
 
 
 def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
-               precision: str) -> HostParts:
-    """Returns one rank's host memory by part: its process, plus the offloaded states of its partition.
+               precision: str, *, process: int = PROCESS_RSS_BYTES, cpu: bool = False) -> HostParts:
+    """Returns one rank's host memory by part: its process (`process` bytes: PROCESS_RSS_BYTES for a GPU process;
+    for a CPU one, cpu=True, CPU_PROCESS_RSS_BYTES and its tensors), plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
@@ -922,7 +942,9 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     """
     states = transient = 0
     Pn = math.ceil(P / n)
-    defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if strategy.stage == 3 and strategy.offload_param == "none" else 0
+    # The defragment copy is a GPU process's trip through host memory; a CPU process's partition stays where it is.
+    gpu_zero3 = not cpu and strategy.stage == 3 and strategy.offload_param == "none"
+    defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if gpu_zero3 else 0
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
@@ -935,12 +957,4 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     if strategy.offload_param != "none":
         partitions = sum(pinned_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
         states += pinned_bytes(w * Pn) + partitions
-    return HostParts(PROCESS_RSS_BYTES, states, transient, defragment)
-
-
-def _host_bytes(strategy: Strategy, P: int, n: int, gpus_per_node: int, w: int,
-                tensor_sizes: tuple[tuple[int, int], ...], precision: str) -> int:
-    """Returns host memory per node over loading, initialize and training: one process per local GPU, plus the
-    offloaded states of its partition (host_parts), or ZeRO-3's defragmentation at initialize if larger."""
-    parts = host_parts(strategy, P, n, w, tensor_sizes, precision)
-    return max(parts.process + parts.states + parts.step_transient, parts.defragment) * gpus_per_node
+    return HostParts(process, states, transient, defragment, process if cpu else RSS_AT_ZERO3_INIT_BYTES)

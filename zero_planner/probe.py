@@ -3,8 +3,9 @@
     zero-run PLAN.json --probe K [--probe-only]      # probe, write PLAN.probed.json, then train with it
     zero-plan --model M --gpus auto|cpu:N -o PLAN.json --probe K
 
-The step-time model ranks candidates; it cannot see kernels, overlap or the allocator. The probe measures:
-the K best candidates that fit (the planner's ranking: its choice first, then by predicted tokens/s), each
+The step-time model ranks candidates; it cannot see kernels, overlap or the allocator. The probe measures K
+candidates that fit: the fastest predicted of each strategy family x checkpointing (FAMILIES; the planner's
+ranking, its choice first, then by predicted tokens/s), then the next in that ranking if K is larger; each
 in a fresh process under the real `deepspeed` launcher (launch.build_launch and zero_planner.train, with the
 candidate's DeepSpeed JSON, micro-batch and checkpointing), PROBE_STEPS steps, the first WARMUP_STEPS left
 out of tokens/s. A candidate that runs out of GPU memory is retried at half the micro-batch, down to 1.
@@ -105,6 +106,40 @@ def ranked_candidates(plan: Plan) -> list[int]:
         return (not c.chosen, -round(c.tokens_per_second or 0.0, 6), order, c.gradient_checkpointing, -c.micro_batch_size)
 
     return sorted((i for i, c in enumerate(plan.candidates) if c.fits), key=key)
+
+
+FAMILIES = {"0": "0-2", "1": "0-2", "2": "0-2", "2-offload": "2-offload", "3": "3", "3-offload": "3-offload",
+            "3-offload-all": "3-offload"}  # fmt: skip
+"""Strategy family of each strategy: what bounds its step, so that candidates of one family measure alike.
+0-2: the whole model computes on every GPU and the optimizer steps there; the stages differ only in which
+collectives move the same gradient bytes (all-reduce, or reduce-scatter then all-gather) and in memory, so the
+step-time model predicts them within a few percent of each other and they often tie outright. 2-offload: the
+optimizer steps on the host (CPU Adam, gradients down and weights up over PCIe each step), a host-bound step.
+3: weights are gathered layer by layer in forward and backward, bound by the all-gathers. 3-offload and
+3-offload-all: stage 3's gathers plus the host's optimizer step (and, for -all, weights streamed from host
+memory): bound by the host and its link; -all is chosen where 3-offload does not fit, so the two rarely both
+fit a model at once."""
+
+
+def probe_order(plan: Plan, count: int) -> list[int]:
+    """Returns the indices of the `count` candidates a probe runs, in the order it runs them.
+
+    The fastest predicted candidate (the planner's ranking, its choice first) of each distinct (strategy family
+    x checkpointing), in ranking order, so that K runs measure K different kinds of step rather than ties of one
+    family; when there are fewer kinds than `count`, the next in the ranking fill the rest."""
+    ranked = ranked_candidates(plan)
+    firsts, seen = [], set()
+    for i in ranked:
+        if _kind(plan.candidates[i]) not in seen:
+            seen.add(_kind(plan.candidates[i]))
+            firsts.append(i)
+    rest = [i for i in ranked if i not in firsts]
+    return (firsts + rest)[:count]
+
+
+def _kind(candidate: Candidate) -> tuple[str, bool]:
+    """Returns (strategy family, checkpointing): what probe_order takes one of each."""
+    return FAMILIES.get(_name(candidate), _name(candidate)), candidate.gradient_checkpointing
 
 
 def hidden_size(plan: Plan) -> int:
@@ -361,7 +396,7 @@ def run_probe(plan: Plan, count: int, runner: Runner, *, steps: int, emit: Calla
     """Returns the ProbeRun of the `count` best-ranked candidates that fit, each run by `runner` for `steps`
     steps; a candidate out of memory is retried at half its micro-batch down to 1. One progress line per
     launch goes to `emit`."""
-    order = ranked_candidates(plan)[:count]
+    order = probe_order(plan, count)
     run = ProbeRun(order=[], results={})
     for n, index in enumerate(order, 1):
         candidate = plan.candidates[index]
@@ -471,20 +506,26 @@ def probed_plan(plan: Plan, run: ProbeRun, *, plan_path: str | Path, steps: int,
 
 
 def ranking_table(plan: Plan):
-    """Returns a rich Table of a probed plan: predicted vs measured for every candidate probed, fastest first."""
+    """Returns a rich Table of a probed plan, predicted vs measured for every candidate probed, the fastest
+    measured first; within 100 columns at the widest values (GiB in the headers, numbers in the cells)."""
+    from rich import box
     from rich.table import Table
 
     summary = plan.probe
     rows = sorted(summary.probed, key=lambda i: (plan.candidates[i].probe.rank or 10**6, summary.probed.index(i)))
     title = (f"probe: {len(summary.probed)} candidates x {summary.steps} steps ({summary.warmup_steps} warm-up) on "
              f"{plan.hardware.world_size} x {summary.device or plan.hardware.gpu}")  # fmt: skip
-    table = Table(title=title, title_justify="left", header_style="bold",
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, collapse_padding=True,
                   caption="predicted: the planner's step-time model and memory estimate at the planned micro-batch; "
                           "measured: this probe (peak = busiest rank's max_memory_allocated; none on CPU)",
                   caption_justify="left")  # fmt: skip
-    for name in ("", "rank", "stage", "ckpt", "micro", "status", "predicted tok/s", "measured tok/s",
-                 "predicted peak", "measured peak", "host RSS"):  # fmt: skip
-        table.add_column(name, justify="left" if name in ("", "stage", "ckpt", "status") else "right")
+    # No rank column: the rows are in measured order, the fastest first (each candidate's rank is in the file).
+    columns = [("", "left"), ("strategy", "left"), ("ckpt", "left"), ("micro", "right"),
+               ("status", "left"), ("tok/s\npredicted", "right"), ("tok/s\nmeasured", "right"),
+               ("peak GiB\npredicted", "right"), ("peak GiB\nmeasured", "right"), ("host GiB\nmeasured", "right")]
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)
     for i in rows:
         c, r = plan.candidates[i], plan.candidates[i].probe
         micro = str(c.micro_batch_size)
@@ -492,31 +533,50 @@ def ranking_table(plan: Plan):
             micro = f"{c.micro_batch_size}->{r.micro_batch_size}"
         table.add_row(
             "->" if i == summary.chosen else "",
-            str(r.rank or "-"),
             _name(c),
             "on" if c.gradient_checkpointing else "off",
             micro,
             r.status,
             f"{c.tokens_per_second:,.0f}" if c.tokens_per_second is not None else "n/a",
             f"{r.tokens_per_second:,.0f}" if r.tokens_per_second else "-",
-            _gib(c.estimate.per_gpu.peak_allocated),
-            _gib(r.peak_allocated_bytes),
-            _gib(r.host_rss_bytes),
+            _gib_number(c.estimate.per_gpu.peak_allocated),
+            _gib_number(r.peak_allocated_bytes),
+            _gib_number(r.host_rss_bytes),
             style="bold green" if i == summary.chosen else (None if r.status == "ok" else "dim"),
         )
     return table
 
 
+def _gib_number(num_bytes: int | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / GIB:.2f}"
+
+
+def selection_text(plan: Plan, count: int, steps: int) -> str:
+    """Returns the line saying which candidates the probe runs and why those."""
+    order, fitting = probe_order(plan, count), ranked_candidates(plan)
+    kinds = {_kind(plan.candidates[i]) for i in fitting}
+    how = ("the fastest predicted of each strategy family (0-2 | 2-offload | 3 | 3-offload, -all) x checkpointing"
+           + (f"; {len(kinds)} such kinds fit, the next fastest fill the rest" if len(kinds) < len(order) else ""))
+    return (f"probe: running {len(order)} of {len(fitting)} fitting candidates, {steps} steps each ({WARMUP_STEPS} "
+            f"warm-up): {how}")
+
+
 def probe_and_write(plan_path: str | Path, count: int, *, runner: Runner | None = None, steps: int | None = None,
                     hostfile: str | None = None, hosts=None, master_addr: str | None = None,
-                    console=None) -> tuple[Plan, Path, ProbeRun]:  # fmt: skip
+                    console=None, overrides: argparse.Namespace | None = None,
+                    ) -> tuple[Plan, Path, ProbeRun]:  # fmt: skip
     """Probes the plan at `plan_path` (`steps` per candidate, default PROBE_STEPS), writes PLAN.probed.json
     (also when Ctrl-C stopped it) and prints the ranking; returns (probed plan, its path, the run). The
-    default runner launches each candidate in a temporary folder beside the plan, removed afterwards."""
+    default runner launches each candidate in a temporary folder beside the plan, removed afterwards.
+    `overrides`: zero-run's data and training flags, applied to every candidate as to the run after it."""
     steps = steps or PROBE_STEPS
     if steps <= WARMUP_STEPS:
         raise ValueError(f"a probe of {steps} steps measures nothing after {WARMUP_STEPS} warm-up steps")
     plan = load_plan(plan_path)
+    if overrides is not None:
+        from zero_planner.training_args import apply_training_args
+
+        apply_training_args(plan, overrides, planning=False)
     if not ranked_candidates(plan):
         raise InputError(f"plan file {str(plan_path)!r} lists no candidate that fits; nothing to probe")
     console = console or _console()
@@ -528,9 +588,7 @@ def probe_and_write(plan_path: str | Path, count: int, *, runner: Runner | None 
         except OSError as error:
             raise InputError(f"--probe runs beside the plan and cannot write there: {error}") from None
         runner = LaunchRunner(workdir, steps=steps, hostfile=hostfile, hosts=hosts, master_addr=master_addr)
-    order = ranked_candidates(plan)[:count]
-    console.print(f"probe: running {len(order)} of {len(ranked_candidates(plan))} fitting candidates, "
-                  f"{steps} steps each ({WARMUP_STEPS} warm-up), in the planner's order")  # fmt: skip
+    console.print(selection_text(plan, count, steps))
     try:
         run = run_probe(plan, count, runner, steps=steps,
                         emit=lambda line: console.print(line, soft_wrap=True, markup=False))  # fmt: skip
@@ -551,10 +609,9 @@ def probe_and_write(plan_path: str | Path, count: int, *, runner: Runner | None 
 def _console():
     from rich.console import Console
 
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
-    return console
+    from zero_planner.render import output_width
+
+    return Console(highlight=False, width=output_width())  # the terminal's, COLUMNS, or 100 for a pipe
 
 
 # --- the commands' hooks ---------------------------------------------------------------------------------------
@@ -576,18 +633,23 @@ def zero_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     plan = load_plan(args.plan)
     if not ranked_candidates(plan):
         raise InputError(f"plan file {args.plan!r} lists no candidate that fits; nothing to probe")
+    from zero_planner.training_args import apply_training_args
+
+    apply_training_args(plan, args, planning=False)  # the flags given: the probe trains as the run after it will
+    launch.check_inputs(plan)  # each candidate's ranks train on this data with this tokenizer: exit 2 now
     hosts = launch.parse_hostfile(launch._read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.dry_run:
         runner = LaunchRunner(Path("PROBE_DIR"), PROBE_STEPS, hostfile=args.hostfile, hosts=hosts,
                               master_addr=args.master_addr)  # fmt: skip
-        for n, index in enumerate(ranked_candidates(plan)[:count], 1):
+        print(selection_text(plan, count, PROBE_STEPS))
+        for n, index in enumerate(probe_order(plan, count), 1):
             one = candidate_plan(plan, index)
             argv, env = runner.argv(one, Path("PROBE_DIR/plan.json"), Path("PROBE_DIR/out"), launch.DEFAULT_MASTER_PORT)
             shown = " ".join([*(f"{k}={v}" for k, v in sorted(env.items())), shlex.join(argv)])
             print(f"probe {n}: {describe(plan.candidates[index])}: {shown}")
         return 0
     result, out_path, run = probe_and_write(args.plan, count, hostfile=args.hostfile, hosts=hosts,
-                                            master_addr=args.master_addr)  # fmt: skip
+                                            master_addr=args.master_addr, overrides=args)  # fmt: skip
     if run.interrupted:
         return launch.EXIT_INTERRUPTED
     if result.probe.chosen is None:
@@ -603,6 +665,9 @@ def zero_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
 def zero_plan(args: argparse.Namespace, plan_path: Path | None) -> int:
     """zero-plan ... -o PLAN --probe K: probes the plan just written on this machine; returns the exit status
     (0 a candidate ran, 1 none did, 130 Ctrl-C)."""
+    from zero_planner.launch import check_inputs
+
+    check_inputs(load_plan(plan_path))  # each candidate's ranks need the tokenizer and data: exit 2 now
     result, _, run = probe_and_write(plan_path, args.probe)
     if run.interrupted:
         return 130

@@ -66,7 +66,8 @@ def write_ds_configs(directory: Path = DS_CONFIGS_DIR, *, check: bool = False) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.planner", description="Regenerate ds_configs/.")
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.planner", description="Regenerate ds_configs/.",
+                                     allow_abbrev=False)
     parser.add_argument("--write-ds-configs", action="store_true", help="write the reference DeepSpeed JSONs")
     parser.add_argument("--check", action="store_true", help="do not write; exit 1 when a file differs")
     parser.add_argument("--dir", type=Path, default=DS_CONFIGS_DIR)

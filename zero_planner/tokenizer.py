@@ -102,6 +102,60 @@ def has_tokenizer(folder: str | Path | None) -> bool:
     return folder.is_dir() and any((folder / name).exists() for name in TOKENIZER_FILES)
 
 
+def model_tokenizer_source(model) -> str | None:
+    """Returns where the model's own tokenizer lives (plan.model, ModelInfo): its weights folder, its hub id
+    (catalog and hub models), its folder, or None (a bare config.json)."""
+    if model.weights_path:
+        return model.weights_path
+    if model.source in ("hub", "catalog") and model.hub_id:
+        return model.hub_id
+    if model.source == "folder":
+        return model.name if Path(model.name).is_dir() else None
+    return None
+
+
+TOKENIZER_FIX = "pass --tokenizer bytes|PATH|HUB_ID (bytes: byte-level, for a randomly initialised model)"
+
+
+def check_tokenizer(plan) -> str | None:
+    """Raises InputError when the ranks could not get a tokenizer for `plan`, as zero_planner.train looks for it
+    (load_tokenizer): a model that is a config only, with no --tokenizer; a local folder without tokenizer files.
+    Returns the local tokenizer folder when there is one (None: bytes, or a hub id the ranks resolve). Reads
+    files only: no transformers import."""
+    from zero_planner.errors import InputError
+
+    t, m = plan.training, plan.model
+    if t.tokenizer == "bytes":
+        return None
+    pretrained = (m.load_path or m.weights_path) if m.init == "pretrained" else None
+    where = t.tokenizer or pretrained or model_tokenizer_source(m)
+    if where is None:
+        raise InputError(f"{m.name} comes with no tokenizer (a config only): {TOKENIZER_FIX}")
+    folder = Path(where).expanduser()
+    if folder.is_dir():
+        if not has_tokenizer(folder):
+            option = "--tokenizer " if t.tokenizer else ""
+            raise InputError(f"{option}{where} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): {TOKENIZER_FIX}")
+        return str(folder)
+    if where.startswith((".", "/", "~")):
+        raise InputError(f"--tokenizer {where!r}: no such folder; {TOKENIZER_FIX}")
+    return None
+
+
+def has_chat_template(folder: str | Path) -> bool:
+    """Returns True when the tokenizer in `folder` carries a chat template (tokenizer_config.json's
+    chat_template, or a chat_template.jinja/.json file beside it)."""
+    import json
+
+    folder = Path(folder)
+    if any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        return bool(json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def load_tokenizer(
     config: dict[str, Any],
     source: str | None = None,

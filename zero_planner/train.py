@@ -52,7 +52,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.train", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--plan", required=True, help="plan file written by zero-plan")
     parser.add_argument("--output-dir", default=None, help="overrides training.output_dir")
     parser.add_argument("--max-steps", type=int, default=None, help="overrides training.max_steps")
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from zero_planner.quiet import quiet_training_run
+
+    quiet_training_run()  # before torch, deepspeed and bitsandbytes are imported
     args = build_parser().parse_args(argv)
     try:
         plan = load_plan(args.plan)
@@ -186,7 +190,8 @@ class Ranks:
         """Marks and prunes checkpoints: rank 0, or each node's first rank when checkpoints are node-local."""
 
     def barrier(self) -> None:
-        self.dist.barrier()
+        # The device named, as torch asks (NCCL otherwise guesses it and warns at every checkpoint).
+        self.dist.barrier(device_ids=[self.local_rank] if self.on_cuda else None)
 
     def any(self, flag: bool | int) -> int:
         """Returns the largest `flag` over all ranks (0 when none raised it)."""
@@ -619,16 +624,11 @@ def _build_model(plan: Plan, ds_config: dict[str, Any], ranks: Ranks, *, weights
 
 
 def _tokenizer_source(plan: Plan) -> str | None:
-    """Returns where the model's own tokenizer lives for a random-init plan: its hub id (catalog and hub
-    models), its folder, or None (a bare config.json)."""
-    m = plan.model
-    if m.weights_path:
-        return m.weights_path
-    if m.source in ("hub", "catalog") and m.hub_id:
-        return m.hub_id
-    if m.source == "folder":
-        return m.name if Path(m.name).is_dir() else None
-    return None
+    """Returns where the model's own tokenizer lives for a random-init plan (tokenizer.model_tokenizer_source,
+    which zero-run also checks before launching)."""
+    from zero_planner.tokenizer import model_tokenizer_source
+
+    return model_tokenizer_source(plan.model)
 
 
 def run_length(max_steps: int, epochs: float | None, steps_per_epoch: float) -> int:

@@ -19,7 +19,9 @@ CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog" / "models"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.models.build_catalog", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m zero_planner.models.build_catalog", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("names", nargs="*", help="catalog slugs to rebuild (default: all)")
     parser.add_argument("--check", action="store_true", help="do not write; exit 1 when a table differs")
     return parser
