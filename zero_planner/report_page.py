@@ -410,7 +410,8 @@ def write_page(report: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.report_page", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.report_page", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)  # fmt: skip
     parser.add_argument("report", help="a run_report.json written by zero-run")
     parser.add_argument("-o", "--output", help=f"the page to write (default: {PAGE_NAME} beside the report)")
     args = parser.parse_args(argv)
