@@ -160,14 +160,14 @@ def test_unreadable_plan_exits_2(tmp_path, capsys):
          Machine(gpus=ROOMY.gpus, host_available_bytes=100 * GIB, disk_free_bytes=10**12),
          "offload (2-offload) needs 200.0 GiB of host memory; 100.0 GiB is available"),
         ({"params": 8 * 10**9}, Machine(gpus=ROOMY.gpus, host_available_bytes=500 * GIB, disk_free_bytes=50 * GIB),
-         "checkpoints and the final model need about"),
+         "this run writes up to"),
     ],
 )  # fmt: skip
 def test_preflight_refusals(plan_file, tmp_path, monkeypatch, capsys, plan_kw, machine, message):
     plan = gpu_plan(**plan_kw)
     problems = preflight(plan, machine, output_dir=str(tmp_path))
     assert len(problems) == 1 and message in problems[0]
-    assert preflight(plan, ROOMY, output_dir=str(tmp_path)) == [] or "checkpoints" in message
+    assert preflight(plan, ROOMY, output_dir=str(tmp_path)) == [] or "this run writes" in message
     # Through the CLI: refused with exit 2 before anything is spawned (the autouse fixture would fail it).
     monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: machine)
     path = plan_file(**{"gpu": "H100", "gpu_memory_bytes": 80 * 10**9, **plan_kw})

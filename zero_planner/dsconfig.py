@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from zero_planner.strategies import Strategy
@@ -19,6 +21,41 @@ MIN_BUCKET_NUMEL = 2**20
 # DeepSpeed's defaults for the stage-3 live-parameter window (deepspeed/runtime/zero/config.py).
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
+
+
+REPORT_TO = {"tensorboard": "tensorboard", "csv": "csv_monitor", "wandb": "wandb"}
+"""--report-to name -> its section of DeepSpeed's config (deepspeed/monitor/config.py, get_monitor_config)."""
+LOG_DIR = "logs"
+"""tensorboard and csv write under OUTPUT_DIR/logs/JOB_NAME (DeepSpeed joins output_path and job_name)."""
+MONITOR_JOB_NAME = "zero-run"
+WANDB_PROJECT = "zero-run"
+
+
+def monitor_sections(report_to: Sequence[str], output_dir: str) -> dict[str, Any]:
+    """Returns DeepSpeed's monitor sections for `report_to` (names of REPORT_TO): TensorBoard event files and CSV
+    files under `output_dir`/logs/zero-run, W&B runs in project zero-run. Empty for no names."""
+    sections: dict[str, Any] = {}
+    for name in report_to:
+        key = REPORT_TO[name]
+        if key == "wandb":
+            sections[key] = {"enabled": True, "project": WANDB_PROJECT}
+        else:
+            sections[key] = {"enabled": True, "output_path": str(Path(output_dir) / LOG_DIR),
+                             "job_name": MONITOR_JOB_NAME}  # fmt: skip
+    return sections
+
+
+def with_monitor(config: dict[str, Any], report_to: Sequence[str], output_dir: str) -> dict[str, Any]:
+    """Returns a copy of `config` whose monitor sections are exactly monitor_sections(report_to, output_dir)
+    (report_to empty: none; a section the config had for another monitor, comet, stays)."""
+    out = {k: v for k, v in config.items() if k not in REPORT_TO.values()}
+    out.update(monitor_sections(report_to, output_dir))
+    return out
+
+
+def monitors_enabled(config: dict[str, Any]) -> list[str]:
+    """Returns the --report-to names whose DeepSpeed section is enabled in `config`."""
+    return [name for name, key in REPORT_TO.items() if isinstance(config.get(key), dict) and config[key].get("enabled")]
 
 
 def bucket_sizes(hidden_size: int) -> dict[str, int]:
@@ -51,8 +88,12 @@ def build_ds_config(
     hidden_size: int,
     lr: float = DEFAULT_LR,
     gradient_clipping: float = DEFAULT_GRADIENT_CLIPPING,
+    report_to: Sequence[str] = (),
+    output_dir: str = ".",
 ) -> dict[str, Any]:
-    """Returns the DeepSpeed config dict for one strategy, with concrete values (no "auto")."""
+    """Returns the DeepSpeed config dict for one strategy, with concrete values (no "auto").
+
+    report_to: also the monitor sections (monitor_sections) logging under `output_dir`; none by default."""
     buckets = bucket_sizes(hidden_size)
     zero: dict[str, Any] = {"stage": strategy.stage}
     if strategy.stage in (1, 2):
@@ -103,6 +144,7 @@ def build_ds_config(
         }
     elif precision != "fp32":
         raise ValueError(f"precision {precision!r} is not one of bf16, fp16, fp32")
+    config.update(monitor_sections(report_to, output_dir))
     return config
 
 

@@ -32,8 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zero_planner import checkpoint as ckpt
 from zero_planner import slurm
-from zero_planner.checkpoint import exports_merged_model, run_disk_bytes
+from zero_planner.checkpoint import DiskNeed, disk_need, exports_merged_model
+from zero_planner.dsconfig import monitors_enabled
 from zero_planner.errors import InputError
 from zero_planner.memory import ALLOC_CONF
 from zero_planner.plan import Plan, load_plan
@@ -55,6 +57,8 @@ GPU_MEMORY_TOLERANCE = 0.10
 """A GPU may report up to 10% less memory than the catalog's figure for its type (16 GB T4 = 14.6 GiB)."""
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+SCRIPT_FLAGS = ("--lr", "--report-to")
+"""Training flags a --script run takes too: they change the DeepSpeed JSON it is handed (optimizer lr, monitor)."""
 
 
 def ds_config_path(plan: Plan, output_dir: str | None = None) -> str:
@@ -309,8 +313,10 @@ def fix_launch_env(plan: Plan, env: dict[str, str], machine: Machine) -> str | N
     return note
 
 
-def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
-    """Returns one line per reason this machine cannot run the plan (empty when it can)."""
+def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int = 0) -> list[str]:
+    """Returns one line per reason this machine cannot run the plan (empty when it can).
+
+    start_step: the step a --resume continues from (fewer checkpoints left to write)."""
     gib = 2**30
     hw, problems = plan.hardware, []
     if plan.training.method == "qlora" and hw.gpu == "cpu":
@@ -341,19 +347,98 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str) -> list[str]:
             f"offload ({plan.strategy.name or plan.strategy.stage}) needs {plan.estimate.cpu.total / gib:.1f} GiB of "
             f"host memory; {machine.host_available_bytes / gib:.1f} GiB is available"
         )
-    adapters = plan.training.method in ("lora", "qlora")
-    merged = exports_merged_model(plan.training.method, plan.strategy.stage)
-    disk = run_disk_bytes(plan.model.params, plan.model.trainable_params, plan.training.precision,
-                          adapters=adapters, merged_export=merged, checkpoints=plan.training.save_every > 0)  # fmt: skip
-    if plan.training.method == "qlora" and plan.model.init == "random":
-        # QLoRA quantises while from_pretrained reads: a config-only model is first written as a random 16-bit
-        # base under the output folder (modeling.build_qlora_base), as large as the model in 16 bits.
-        disk += 2 * plan.model.params
-    if machine.disk_free_bytes < disk:
-        problems.append(
-            f"checkpoints and the final model need about {disk / gib:.1f} GiB under {output_dir!r}; "
-            f"{machine.disk_free_bytes / gib:.1f} GiB is free (choose --output-dir elsewhere)"
-        )
+    disk = disk_problem(plan, machine.disk_free_bytes, output_dir=output_dir, start_step=start_step)
+    if disk:
+        problems.append(disk)
+    problems += monitor_problems(plan.deepspeed_config)
+    return problems
+
+
+def run_disk_need(plan: Plan, *, start_step: int = 0, **save) -> DiskNeed:
+    """Returns what this plan's run writes under its output folder (checkpoint.disk_need), with its save policy,
+    its length (plan.training.max_steps, as overridden) and its method; `save` overrides save, save_every,
+    save_total_limit (the alternatives disk_problem weighs)."""
+    t, m = plan.training, plan.model
+    adapters = t.method in ("lora", "qlora")
+    # QLoRA quantises while from_pretrained reads: a config-only model is first written as a random 16-bit base
+    # under the output folder (modeling.build_qlora_base), as large as the model in 16 bits.
+    scratch = 2 * m.params if t.method == "qlora" and m.init == "random" else 0
+    policy = {"save": t.save, "save_every": t.save_every, "save_total_limit": t.save_total_limit, **save}
+    return disk_need(m.params, m.trainable_params, t.precision, stage=plan.strategy.stage, adapters=adapters,
+                     merged_export=exports_merged_model(t.method, plan.strategy.stage), max_steps=t.max_steps,
+                     start_step=start_step, scratch_bytes=scratch, **policy)  # fmt: skip
+
+
+def save_alternatives(plan: Plan, *, start_step: int = 0) -> list[tuple[str, DiskNeed]]:
+    """Returns (flag, what the run would write with it) for each save setting that writes less than the plan's,
+    largest first: the total limit 1, one checkpoint at the end, --save final, --save none."""
+    t = plan.training
+    need = run_disk_need(plan, start_step=start_step)
+    options: list[tuple[str, dict]] = []
+    if t.save == "steps":
+        if t.max_steps > 0 and need.checkpoints > 1:
+            options.append((f"--save-steps {t.max_steps}", {"save_every": t.max_steps}))  # one checkpoint, the last
+        if t.save_total_limit > 1:
+            options.append(("--save-total-limit 1", {"save_total_limit": 1}))
+        options.append(("--save final", {"save": "final"}))
+    if t.save != "none":
+        options.append(("--save none", {"save": "none"}))
+    out: list[tuple[str, DiskNeed]] = []
+    for flag, save in options:
+        other = run_disk_need(plan, start_step=start_step, **save)
+        if other.total_bytes < need.total_bytes and all(other.total_bytes != o.total_bytes for _, o in out):
+            out.append((flag, other))
+    return sorted(out, key=lambda option: -option[1].total_bytes)
+
+
+def disk_problem(plan: Plan, free_bytes: int, *, output_dir: str, start_step: int = 0) -> str | None:
+    """Returns the one line refusing a run whose files do not fit in `free_bytes` (None when they fit): what the
+    run writes, and each save setting that keeps less with what it needs, the ones that fit named first."""
+    gib = 2**30
+    need = run_disk_need(plan, start_step=start_step)
+    if free_bytes >= need.total_bytes:
+        return None
+    parts = []
+    if need.checkpoints:
+        s = "s" if need.checkpoints > 1 else ""
+        parts.append(f"{need.checkpoints} DeepSpeed checkpoint{s} of {need.checkpoint_bytes / gib:.1f} GiB"
+                     + (" at once" if need.checkpoints > 1 else ""))  # fmt: skip
+    if need.export_bytes:
+        parts.append(f"the final {'adapter' if plan.training.method != 'full' else 'model'} "
+                     f"{need.export_bytes / gib:.1f} GiB")  # fmt: skip
+    if need.scratch_bytes:
+        parts.append(f"QLoRA's random 16-bit base {need.scratch_bytes / gib:.1f} GiB")
+    line = (f"this run writes up to {need.total_bytes / gib:.1f} GiB under {output_dir!r} ({', '.join(parts)}; "
+            f"{describe_save(plan)}); {free_bytes / gib:.1f} GiB is free")  # fmt: skip
+    options = []
+    for flag, other in save_alternatives(plan, start_step=start_step):  # largest first, up to the first that fits
+        fits = other.total_bytes <= free_bytes
+        options.append(f"{flag} {other.total_bytes / gib:.1f} GiB{' (fits)' if fits else ''}")
+        if fits:
+            break
+    if options:
+        line += f"; writing less: {', '.join(options)}"
+    return line + "; or choose --output-dir elsewhere"
+
+
+def describe_save(plan: Plan) -> str:
+    t = plan.training
+    if t.save != "steps":
+        return f"--save {t.save}"
+    return f"--save steps, --save-steps {t.save_every}, --save-total-limit {t.save_total_limit}"
+
+
+def monitor_problems(ds_config: dict) -> list[str]:
+    """Returns a line for each monitor the DeepSpeed JSON enables whose package this interpreter cannot import
+    (DeepSpeed would raise ImportError inside every rank): tensorboard and wandb; csv needs none."""
+    import importlib.util
+
+    problems = []
+    for name in monitors_enabled(ds_config):
+        package = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(name)
+        if package and importlib.util.find_spec(package) is None:
+            problems.append(f"--report-to {name} needs the {package} package, which is not installed here "
+                            f"(pip install {package}, or leave {name} out of --report-to)")  # fmt: skip
     return problems
 
 
@@ -555,10 +640,10 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     # Checked here (exit 2 before any rank starts) and applied again by each rank: the ranks read the plan.
     apply_training_args(plan, args, planning=False)
     if overrides and args.script is not None:
-        ignored = [o for o in overrides if o.startswith("--") and o != "--lr"]
+        ignored = [o for o in overrides if o.startswith("--") and o not in SCRIPT_FLAGS]
         if ignored:
             raise InputError(f"{', '.join(ignored)} configure zero-run's own trainer; your --script takes its own flags")
-        overrides = []  # --lr is in the DeepSpeed JSON written for the script
+        overrides = []  # --lr and --report-to are in the DeepSpeed JSON written for the script
     output_dir = args.output_dir or plan.training.output_dir
     hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.script is not None and not Path(args.script).is_file():
@@ -597,7 +682,8 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     if args.script is None and (plan.hardware.nodes == 1 or per_node) and _hub_offline():
         check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = probe_machine(plan, output_dir)
-    problems = preflight(plan, machine, output_dir=output_dir)
+    start_step = resume_step(output_dir) if args.resume and args.script is None else 0
+    problems = preflight(plan, machine, output_dir=output_dir, start_step=start_step)
     note = fix_launch_env(plan, env, machine)
     if note:
         print(f"zero-run: note: {note}", file=sys.stderr)
@@ -618,7 +704,14 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
     print(f"zero-run: {shown}", flush=True)
     rc, signals = _spawn(argv, env, multi_node=bool(args.hostfile), node_launcher=per_node)
-    return _explain_exit(rc, signals, output_dir, args)
+    return _explain_exit(rc, signals, output_dir, args, save=plan.training.save if args.script is None else "steps",
+                         adapters=plan.training.method != "full")  # fmt: skip
+
+
+def resume_step(output_dir: str) -> int:
+    """Returns the step of the newest complete checkpoint under `output_dir` (what --resume continues from), or 0."""
+    usable = ckpt.usable_checkpoints(Path(output_dir) / ckpt.CHECKPOINTS_DIR)
+    return usable[0][0] if usable else 0
 
 
 def check_modes(args: argparse.Namespace) -> None:
@@ -689,7 +782,8 @@ def write_sbatch(args: argparse.Namespace, plan: Plan, script_args: Sequence[str
     return rc
 
 
-def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespace) -> int:
+def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespace, *, save: str = "steps",
+                  adapters: bool = False) -> int:  # fmt: skip
     if rc == 0 and not signals:
         return 0
     ooms = sorted(Path(output_dir).glob("oom_rank*.json"))
@@ -699,7 +793,8 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
         return rc or 1
     if signals:
         every = " on every node" if getattr(args, "node_rank", None) is not None else ""
-        print(f"zero-run: interrupted; continue with: zero-run {shlex.quote(args.plan)} --resume{every}",
+        resume = f"zero-run {shlex.quote(args.plan)} --resume{every}"
+        print(f"zero-run: interrupted; {ckpt.after_interruption(save, output_dir, adapters=adapters, resume=resume)}",
               file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
     if rc == EXIT_BAD_INPUT:

@@ -85,6 +85,12 @@ class PhaseMeter:
         self.step_peaks.append(figures.get("peak_allocated_bytes", 0))
         self._reset()
 
+    def running_peak(self, key: str) -> int:
+        """Returns the current phase's peak so far of `key` (peak_allocated_bytes, host_rss_peak_bytes) in bytes,
+        counters untouched: what zero-run logs per step (--report-to)."""
+        live = self._read().get(key, 0)
+        return max(live, self.phases.get(self.current, {}).get(key, 0)) if self.current else live
+
     def report(self) -> dict[str, Any]:
         """Returns {phase: {peak_allocated_bytes, peak_reserved_bytes, host_rss_peak_bytes}} and the step peaks."""
         self.close()

@@ -22,6 +22,8 @@ Precision = Literal["bf16", "fp16", "fp32"]
 Method = Literal["full", "lora", "qlora"]
 Task = Literal["causal-lm", "seq-cls"]
 Offload = Literal["none", "cpu", "nvme"]
+SavePolicy = Literal["none", "final", "steps"]
+ReportTo = Literal["tensorboard", "csv", "wandb"]
 
 
 class _Model(BaseModel):
@@ -136,9 +138,36 @@ class TrainingInfo(_Model):
     """Linear warmup from 0: a number of optimizer steps when >= 1, a share of the run when below 1."""
     epochs: float | None = None
     """Passes over the training data; sets the run's length (max_steps, when set above 0, caps it)."""
-    save_every: int = 25
+    save: SavePolicy = "steps"
+    """What zero-run keeps on disk. steps: a DeepSpeed checkpoint (weights and optimizer states, resumable) every
+    `save_every` steps, at the last step and when interrupted, the newest `save_total_limit` kept, then the final
+    export. final: only the final export (the 16-bit model; the adapter for LoRA/QLoRA), also written when the run
+    is interrupted (the model so far: no optimizer states, so no --resume). none: nothing but run_report.json.
+    Plans written before this field: steps, or final where save_every is 0."""
+    save_every: int = Field(25, ge=0)
+    """Optimizer steps between checkpoints (save steps); 0: none (the same as save final)."""
+    save_total_limit: int = Field(2, ge=1)
+    """Complete checkpoints kept (save steps): the newest ones; the one a run resumed from is never deleted."""
+    report_to: list[ReportTo] = Field(default_factory=list)
+    """Where zero-run also logs its metrics, through DeepSpeed's monitor (the `tensorboard`, `csv_monitor` and
+    `wandb` sections of deepspeed_config, written under output_dir/logs): loss, eval loss, learning rate,
+    tokens/s and peak memory per optimizer step. Empty: progress lines and run_report.json only."""
     log_every: int = 5
     seed: int = 1234
+
+    @model_validator(mode="before")
+    @classmethod
+    def _save_of_older_plans(cls, data: Any) -> Any:
+        """A plan without `save` keeps the behaviour it was written for: save_every 0 meant the final export only."""
+        if isinstance(data, dict) and "save" not in data:
+            data = {**data, "save": "final" if data.get("save_every", 25) == 0 else "steps"}
+        return data
+
+    @model_validator(mode="after")
+    def check_save_interval(self) -> "TrainingInfo":
+        if self.save == "steps" and self.save_every == 0:
+            raise ValueError("save 'steps' needs save_every above 0 (save_every 0 is save 'final')")
+        return self
 
 
 class StrategyInfo(_Model):

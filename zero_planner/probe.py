@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from zero_planner.dsconfig import build_ds_config
+from zero_planner.dsconfig import build_ds_config, with_monitor
 from zero_planner.errors import InputError
 from zero_planner.plan import Candidate, Plan, ProbeAttempt, ProbeResult, ProbeSummary, load_plan, save_plan
 from zero_planner.strategies import STRATEGIES, Strategy
@@ -215,6 +215,8 @@ def for_probe(plan: Plan, output_dir: Path, steps: int) -> Plan:
     out = plan.model_copy(deep=True)
     t = out.training
     t.output_dir, t.max_steps, t.log_every, t.save_every = str(output_dir), steps, 1, steps + 1
+    t.report_to = []  # a few steps per candidate are not the run to watch (and would open a W&B run each)
+    out.deepspeed_config = with_monitor(out.deepspeed_config, [], str(output_dir))
     return out
 
 

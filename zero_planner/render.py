@@ -18,6 +18,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
+from zero_planner.checkpoint import save_summary
 from zero_planner.fit import host_binding_phase
 from zero_planner.hardware import Cluster
 from zero_planner.plan import Plan
@@ -336,6 +337,8 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
     say(console, f"  per GPU: total {gib(per_gpu.total)} of {gib(plan.hardware.gpu_memory_bytes)} GiB (peak allocated "
         f"{gib(per_gpu.peak_allocated)} GiB{where}); host {gib(plan.estimate.cpu.total)} of "
         f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node{host_where}", hang="    ")  # fmt: skip
+    say(console, f"  zero-run keeps {save_summary(t.save, t.save_every, t.save_total_limit, adapters=t.method != 'full')}"
+        + (f"; logs to {', '.join(t.report_to)}" if t.report_to else ""), hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
         from zero_planner.throughput import load_calibration

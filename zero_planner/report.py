@@ -57,6 +57,9 @@ def build_run_report(
     return {
         "status": status,
         "predicted_host_bytes_per_node": plan.estimate.cpu.total,
+        "predicted_host_phases_per_node": dict(plan.estimate.cpu.phases),
+        "ranks_per_node": plan.hardware.gpus_per_node,
+        "save": plan.training.save,
         "model": plan.model.name,
         "strategy": plan.strategy.name or str(plan.strategy.stage),
         "method": plan.training.method,

@@ -11,10 +11,12 @@ attention mask, labels = the class). Methods: full; lora (peft adapters on the f
 adapters, and for seq-cls the classification head, reach DeepSpeed's optimizer); qlora (the same on a 4-bit
 NF4 base through bitsandbytes: CUDA only).
 
-Outputs under OUTPUT_DIR: checkpoints/step{N}/ (see checkpoint.py; LoRA checkpoints hold the trainable
-parameters only, the base is rebuilt from the plan on resume), final/ (a consolidated Hugging Face folder;
-for LoRA the merged model, written below ZeRO-3 only), final-adapter/ (LoRA/QLoRA: the peft adapter folder),
-run_report.json, and oom_rank{N}.json when a rank ran out of memory.
+Outputs under OUTPUT_DIR, by training.save (checkpoint.py: checkpoint_due, exports_model): checkpoints/step{N}/
+(save steps: LoRA checkpoints hold the trainable parameters only, the base is rebuilt from the plan on resume),
+final/ (a consolidated Hugging Face folder; for LoRA the merged model, written below ZeRO-3 only) and
+final-adapter/ (LoRA/QLoRA: the peft adapter folder), unless save is none; always run_report.json and its
+picture run_report.html (report_page.py); logs/ with --report-to tensorboard or csv (DeepSpeed's monitor); and
+oom_rank{N}.json when a rank ran out of memory.
 
 Several nodes: before any heavy work every rank reports its plan and data digests (fingerprint.py) and the run
 stops with one line naming the first rank that differs. Where the nodes do not share OUTPUT_DIR (each writes
@@ -260,6 +262,10 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         # Only where rank 0's folder is not everyone's: on a shared one, two nodes would write one file at once.
         ds_config["checkpoint"] = {**ds_config.get("checkpoint", {}), "use_node_local_storage": True}
         ranks.checkpoint_writer = ranks.local_rank == 0
+    if t.report_to:  # DeepSpeed's monitor writes under this run's output folder, wherever the ranks start
+        from zero_planner.dsconfig import with_monitor
+
+        ds_config = with_monitor(ds_config, t.report_to, str(output_dir.absolute()))
     micro, accum, seq_len = t.micro_batch_size, t.gradient_accumulation_steps, t.seq_len
     stage = ds_config.get("zero_optimization", {}).get("stage", 0)
 
@@ -311,6 +317,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         if resume:
             meter.enter("resume")
             start_step, losses = _resume(engine, ckpt_dir, ranks, console, world, peft=peft)
+        # --save-total-limit never prunes the checkpoint this run continues from.
+        resumed_from = ckpt_dir / ckpt.tag_for(start_step) if start_step else None
     except torch.OutOfMemoryError as error:
         _leave_out_of_memory(plan, output_dir, rank=rank, phase=meter.current or "load", step=0, error=error)
     if ranks.on_cuda:
@@ -328,7 +336,9 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         f"data {t.dataset} ({data_format}, {len(blocks)} {'examples' if t.task == 'seq-cls' else 'blocks'}"
         f"{f', eval {len(eval_blocks)}' if eval_blocks is not None else ''}, {steps_per_epoch:.1f} steps/epoch, "
         f"tokenizer {tokenizer.name}); lr {t.learning_rate:g} {t.lr_scheduler}, warmup {warmup_steps}; "
-        f"steps {start_step}->{max_steps}"
+        f"steps {start_step}->{max_steps}; "
+        f"keeps {ckpt.save_summary(t.save, t.save_every, t.save_total_limit, adapters=peft)}"
+        f"{_monitor_text(ds_config, output_dir)}"
     )
     tokens_per_step = world * micro * accum * seq_len
     step = start_step
@@ -392,9 +402,9 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                     progress.update(task, completed=step, info=info)
                 if log_line:
                     console.print(f"step {step}/{max_steps}  {info}")
+                _monitor_step(engine, meter, loss=step_loss, lr=step_lr, tokens_per_second=tokens_per_step / elapsed)
                 stopping = ranks.any(stop.signum)
-                # save_every 0: no checkpoints but on a stop (so an interrupted run can resume); the export stays.
-                saving = (t.save_every > 0 and (step % t.save_every == 0 or step == max_steps)) or stopping
+                saving = ckpt.checkpoint_due(t.save, step, max_steps, t.save_every, stopping=bool(stopping))
                 if eval_blocks is not None and not stopping and (
                     step == max_steps or (step % t.eval_every == 0 if t.eval_every else saving)
                 ):
@@ -402,18 +412,20 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
                     meter.enter("eval")
                     eval_losses.append({"step": step, "loss": evaluate(engine, eval_blocks, ranks, micro)})
                     meter.enter("train")
+                    _monitor_write(engine, [("Train/Samples/eval_loss", eval_losses[-1]["loss"], engine.global_samples)])
                     console.print(f"step {step}/{max_steps}  eval loss {eval_losses[-1]['loss']:.4f}")
                 if saving:
                     phase = "save"
                     meter.enter("save")
-                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft, node_local=node_local)
+                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft, node_local=node_local,
+                          resumed_from=resumed_from)
                     meter.enter("train")
                     console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
                 if stopping:
                     break
 
         interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
-        if not interrupted and step > start_step:
+        if ckpt.exports_model(t.save, interrupted=interrupted) and step > start_step:
             phase = "export"
             meter.enter("export")
             if peft:
@@ -445,12 +457,14 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         report["nodes"] = plan.hardware.nodes
         report["checkpoint_storage"] = "node-local" if node_local else "shared"
         ckpt.write_json_atomic(output_dir / "run_report.json", report)
+        _write_run_page(output_dir, report, console)
         console.print(report_table(report))
         phases = phase_table(report)
         if phases is not None:
             console.print(phases)
         if interrupted:
-            console.print(f"zero-run: stopped at step {step}; continue with --resume")
+            console.print(f"zero-run: stopped at step {step}; {ckpt.after_interruption(t.save, output_dir, adapters=peft)}")
+        _close_monitor(engine)
     ranks.barrier()
     if interrupted:
         return 128 + int(stopping)  # the first signal any rank got
@@ -465,6 +479,68 @@ def _leave_out_of_memory(plan: Plan, output_dir: Path, *, rank: int, phase: str,
     record = record_oom(plan, output_dir, rank=rank, phase=phase, step=step, error=error)
     print(f"zero-run: {record['message']}", file=sys.stderr, flush=True)
     os._exit(EXIT_OOM)
+
+
+def _monitor_text(ds_config: dict[str, Any], output_dir: Path) -> str:
+    """Returns '; logs to tensorboard, csv under OUTPUT_DIR/logs' for the monitors the DeepSpeed JSON enables."""
+    from zero_planner.dsconfig import LOG_DIR, monitors_enabled
+
+    names = monitors_enabled(ds_config)
+    if not names:
+        return ""
+    where = f" under {output_dir / LOG_DIR}" if set(names) - {"wandb"} else ""
+    return f"; logs to {', '.join(names)}{where}"
+
+
+def _monitor_write(engine, events: list[tuple[str, float, int]]) -> None:
+    """Writes (name, value, x) events through DeepSpeed's monitor (TensorBoard, CSV, W&B: --report-to), which
+    writes from rank 0 only; nothing when no monitor is enabled."""
+    monitor = getattr(engine, "monitor", None)
+    if monitor is not None and monitor.enabled:
+        monitor.write_events(events)
+
+
+def _monitor_step(engine, meter, *, loss: float, lr: float, tokens_per_second: float) -> None:
+    """Logs one optimizer step: loss, the learning rate it used, its tokens/s and the run's peak memory so far
+    (device peak allocated on a GPU, host RSS on CPU), in GiB.
+
+    The x value is DeepSpeed's global sample count, as its own events (Train/Samples/lr) use: W&B takes one
+    increasing step per run, so every event of a step must share it."""
+    monitor = getattr(engine, "monitor", None)
+    if monitor is None or not monitor.enabled:
+        return
+    x = engine.global_samples
+    memory = ("Train/Samples/peak_allocated_GiB", meter.running_peak("peak_allocated_bytes")) if meter.on_cuda else (
+        "Train/Samples/host_rss_GiB", meter.running_peak("host_rss_peak_bytes"))  # fmt: skip
+    monitor.write_events([("Train/Samples/train_loss", loss, x), ("Train/Samples/learning_rate", lr, x),
+                          ("Train/Samples/tokens_per_second", tokens_per_second, x),
+                          (memory[0], memory[1] / 2**30, x)])  # fmt: skip
+
+
+def _close_monitor(engine) -> None:
+    """Closes rank 0's TensorBoard writer and finishes its W&B run: the rank leaves through os._exit, which runs
+    no atexit hook, and a W&B run not finished stays 'running' with its last events unsent."""
+    monitor = getattr(engine, "monitor", None)
+    if monitor is None or not monitor.enabled:
+        return
+    writer = getattr(getattr(monitor, "tb_monitor", None), "summary_writer", None)
+    if writer is not None:
+        writer.close()
+    if getattr(monitor, "wandb_monitor", None) is not None:
+        import wandb
+
+        wandb.finish()
+
+
+def _write_run_page(output_dir: Path, report: dict[str, Any], console) -> None:
+    """Writes run_report.html beside run_report.json (report_page.py); a drawing failure is a warning, not a
+    failed run: the report itself is written already."""
+    from zero_planner.report_page import PAGE_NAME, write_page
+
+    try:
+        write_page(report, output_dir / PAGE_NAME)
+    except Exception as error:  # noqa: BLE001 - the run's results are safe in run_report.json
+        console.print(f"[yellow]warning:[/] could not draw {output_dir / PAGE_NAME}: {error}")
 
 
 def check_same_run(plan: Plan, ranks: Ranks) -> None:
@@ -704,9 +780,10 @@ def reapply_schedule(scheduler) -> None:
 
 
 def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan, *,
-          peft: bool = False, node_local: bool = False) -> None:  # fmt: skip
-    """Saves a DeepSpeed checkpoint, then (all ranks done) the writer marks it complete and prunes old ones:
-    rank 0, or with node-local checkpoints each node's first rank, for the files of its node.
+          peft: bool = False, node_local: bool = False, resumed_from: Path | None = None) -> None:  # fmt: skip
+    """Saves a DeepSpeed checkpoint, then (all ranks done) the writer marks it complete and prunes old ones down to
+    training.save_total_limit, never this one nor `resumed_from` (the checkpoint this run continued from): rank 0,
+    or with node-local checkpoints each node's first rank, for the files of its node.
 
     With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
     seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
@@ -724,7 +801,7 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
         if node_local:
             state["node"] = ranks.node
         ckpt.write_marker(tag_dir, state)
-        ckpt.prune(ckpt_dir)
+        ckpt.prune(ckpt_dir, keep=plan.training.save_total_limit, protect=[tag_dir, *filter(None, [resumed_from])])
     ranks.barrier()
 
 

@@ -2,7 +2,8 @@
 
     --init pretrained|random   --dataset SPEC  --text-column COL  --data-format auto|text|chat|prompt-response
     --eval-split SPLIT|FILE|SHARE  --tokenizer bytes|PATH|HUB_ID  --lr LR  --lr-scheduler constant|linear|cosine
-    --warmup STEPS|SHARE  --epochs N  --save-steps N  --eval-steps N  --seed N
+    --warmup STEPS|SHARE  --epochs N  --save none|final|steps  --save-steps N  --save-total-limit N
+    --report-to tensorboard,csv,wandb|none  --eval-steps N  --seed N
 
 One parser group (`add_training_arguments`) and one function that applies the given values to a plan
 (`apply_training_args`), so zero-plan, zero-run and the training entry point cannot disagree on a flag's
@@ -15,13 +16,15 @@ import argparse
 import math
 from pathlib import Path
 
-from zero_planner.errors import InputError
-from zero_planner.plan import Plan
+from zero_planner.errors import InputError, closest
+from zero_planner.plan import Plan, TrainingInfo
 
 INIT_CHOICES = ("pretrained", "random")
 SCHEDULER_CHOICES = ("constant", "linear", "cosine")
 DATA_FORMAT_CHOICES = ("auto", "text", "chat", "prompt-response")
 BYTES_TOKENIZER = "bytes"
+SAVE_CHOICES = ("none", "final", "steps")  # checkpoint.SAVE_POLICIES
+REPORT_TO_CHOICES = ("tensorboard", "csv", "wandb", "none")
 # (argparse dest, TrainingInfo field) for the flags that copy straight into plan.training.
 _TRAINING_FIELDS = (
     ("dataset", "dataset"),
@@ -36,7 +39,6 @@ _TRAINING_FIELDS = (
     ("lr_scheduler", "lr_scheduler"),
     ("warmup", "warmup"),
     ("epochs", "epochs"),
-    ("save_steps", "save_every"),
     ("seed", "seed"),
 )
 
@@ -80,6 +82,22 @@ def _non_negative_int(text: str) -> int:
     return parsed_number(text, int, lambda v: v >= 0, f"{text!r} is not an integer", f"{text!r} must be 0 or more")
 
 
+def _report_to(text: str) -> list[str]:
+    """argparse type of --report-to: a comma list of tensorboard, csv, wandb, or none (an empty list)."""
+    names: list[str] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name not in REPORT_TO_CHOICES:
+            near = closest(name, REPORT_TO_CHOICES, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(REPORT_TO_CHOICES)}{hint}; "
+                                             f"give one or a comma list (tensorboard,csv)")  # fmt: skip
+        if name not in names:
+            names.append(name)
+    if "none" in names and len(names) > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: none cannot be combined with {', '.join(n for n in names if n != 'none')}")
+    return [n for n in names if n != "none"]
+
+
 def add_training_arguments(parser: argparse.ArgumentParser, *, run: bool = False) -> None:
     """Adds the "data and training" group to `parser`; `run`: zero-run's wording (overrides of the plan)."""
     what = "overrides the plan's" if run else "recorded in the plan as"
@@ -116,15 +134,25 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, run: bool = False
     if not run:  # zero-run has its own --max-steps (DESIGN.md)
         group.add_argument("--max-steps", type=_non_negative_int, default=None, metavar="N",
                            help="optimizer steps (default 50; 0 with --epochs: no cap)")  # fmt: skip
+    group.add_argument("--save", choices=SAVE_CHOICES, default=None,
+                       help="what to keep: steps (default: resumable DeepSpeed checkpoints every --save-steps, at the "
+                            "end and on Ctrl-C, then the final model), final (only the final 16-bit model or LoRA "
+                            "adapter, also written on Ctrl-C; no --resume), none (nothing but run_report.json)")  # fmt: skip
     group.add_argument("--save-steps", type=_non_negative_int, default=None, metavar="N",
-                       help="optimizer steps between checkpoints (default 25; 0: none, only the final export)")  # fmt: skip
+                       help="optimizer steps between checkpoints (default 25; implies --save steps; 0: --save final)")  # fmt: skip
+    group.add_argument("--save-total-limit", type=positive_int, default=None, metavar="N",
+                       help="complete checkpoints kept: the newest N (default 2); older ones are deleted once a new "
+                            "one is complete, never the one a run resumed from")  # fmt: skip
+    group.add_argument("--report-to", type=_report_to, default=None, metavar="tensorboard,csv,wandb|none",
+                       help="also log loss, eval loss, learning rate, tokens/s and peak memory per step through "
+                            "DeepSpeed's monitor: TensorBoard and CSV files under OUTPUT_DIR/logs, or W&B")  # fmt: skip
     group.add_argument("--seed", type=_non_negative_int, default=None, metavar="N", help="data order and init seed")
 
 
 def given(args: argparse.Namespace) -> list[str]:
     """Returns the zero-run/train argument list that repeats the training flags set in `args` (not --max-steps)."""
     argv: list[str] = []
-    for dest in ("init", *(d for d, _ in _TRAINING_FIELDS), "lr"):
+    for dest in ("init", *(d for d, _ in _TRAINING_FIELDS), "lr", "save", "save_steps", "save_total_limit", "report_to"):
         value = getattr(args, dest, None)
         if value is not None:
             argv += ["--" + dest.replace("_", "-"), _text(value)]
@@ -132,6 +160,8 @@ def given(args: argparse.Namespace) -> list[str]:
 
 
 def _text(value) -> str:
+    if isinstance(value, list):  # --report-to
+        return ",".join(value) or "none"
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -159,6 +189,15 @@ def apply_training_args(plan: Plan, args: argparse.Namespace, *, planning: bool)
         t.learning_rate = args.lr
         optimizer = plan.deepspeed_config.setdefault("optimizer", {"type": "AdamW", "params": {}})
         optimizer.setdefault("params", {})["lr"] = args.lr
+    notes = apply_save_args(t, getattr(args, "save", None), getattr(args, "save_steps", None),
+                            getattr(args, "save_total_limit", None))  # fmt: skip
+    report_to, output_dir = getattr(args, "report_to", None), getattr(args, "output_dir", None)
+    if report_to is not None or (t.report_to and output_dir):
+        from zero_planner.dsconfig import with_monitor
+
+        t.report_to = list(report_to) if report_to is not None else t.report_to
+        # The monitor writes under the run's output folder: zero-run --output-dir moves it there.
+        plan.deepspeed_config = with_monitor(plan.deepspeed_config, t.report_to, output_dir or t.output_dir)
     if t.dataset != "synthetic":
         from zero_planner.data import check_columns
 
@@ -171,7 +210,31 @@ def apply_training_args(plan: Plan, args: argparse.Namespace, *, planning: bool)
     if t.max_steps == 0 and t.epochs is None:
         raise InputError("--max-steps 0 means 'no cap' and needs --epochs N; give one of them")
     init = getattr(args, "init", None)
-    return set_init(plan, init) if planning or init is not None else []
+    return notes + (set_init(plan, init) if planning or init is not None else [])
+
+
+def apply_save_args(t: TrainingInfo, save: str | None, save_steps: int | None, limit: int | None) -> list[str]:
+    """Sets t.save, t.save_every and t.save_total_limit from --save, --save-steps and --save-total-limit; returns
+    notes. --save-steps N alone implies --save steps (0: --save final); given together they must agree."""
+    if save is not None and save_steps is not None:
+        if save == "steps" and save_steps == 0:
+            raise InputError("--save steps needs --save-steps above 0 (--save-steps 0 is --save final)")
+        if save != "steps" and save_steps > 0:
+            raise InputError(f"--save {save} writes no step checkpoints; --save-steps {save_steps} needs --save steps")
+    notes = []
+    if save_steps is not None:
+        t.save_every = save_steps
+        t.save = "steps" if save_steps > 0 else "final"
+    if save is not None:
+        t.save = save
+        if save == "steps" and t.save_every == 0:
+            t.save_every = TrainingInfo.model_fields["save_every"].default
+            notes.append(f"--save steps: a checkpoint every {t.save_every} steps (the plan had --save-steps 0)")
+    if limit is not None:
+        t.save_total_limit = limit
+    if t.save == "none" and (save is not None or save_steps is not None):
+        notes.append("--save none: zero-run keeps no checkpoint and no final model, only run_report.json")
+    return notes
 
 
 def _check_eval_split(value: str, dataset: str) -> None:
