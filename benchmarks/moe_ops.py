@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="*", help="config.json files (default: the committed MoE suites' configs)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--ops", action="store_true", help="print every op of the first config's block")

@@ -72,13 +72,16 @@ def test_each_phase_keeps_its_own_peak_across_a_library_reset(cuda):
 
 
 def test_host_rss_is_recorded_per_phase_without_cuda():
+    import mmap
+
     meter = PhaseMeter(on_cuda=False)
     meter.enter("load")
-    block = bytearray(64 * 2**20)
+    # An anonymous mapping of its own, so that closing it returns the pages (a heap block might stay resident).
+    block = mmap.mmap(-1, 64 * 2**20)
     for i in range(0, len(block), 4096):
         block[i] = 1
+    block.close()
     meter.enter("initialize")
-    del block
     report = meter.report()
     load, init = (report["phases"][p]["host_rss_peak_bytes"] for p in ("load", "initialize"))
     assert load >= 64 * 2**20
