@@ -79,8 +79,11 @@ def advice(
 ) -> list[str]:
     """Returns what would make a plan fit, each line with its numbers: the smallest option's need, another
     stage or checkpointing, more host memory (offload), more GPUs, a shorter sequence, LoRA/QLoRA."""
+    from zero_planner.planner import known_failure
+
     cluster, spec = result.cluster, result.spec
-    every, both = list(STRATEGIES.values()), [False, True]
+    every = [s for s in STRATEGIES.values() if not known_failure(ev.method, s)]
+    both = [False, True]
     lines = []
     strategy, ckpt, memory = _smallest(ev, strategies, ckpts)
     lines.append(

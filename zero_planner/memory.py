@@ -551,6 +551,14 @@ def estimate_memory(
     # A loop that keeps the model's outputs holds their logits (in the model's dtype) through backward and the step.
     held = w * workload.micro_batch_size * workload.seq_len * spec.vocab_size if workload.keeps_outputs and \
         workload.task == "causal-lm" else 0
+    if off_opt and not adapters:
+        # The input embedding's gradient is the last one backward makes, and an offloaded optimizer handles it as
+        # it does the head's (offloaded_head_bytes): its 16-bit gradient whole, and the fp64 norm over this rank's
+        # part, when next to no activation is left. Binds where activations are small: Qwen2.5-3B fp16, 2-offload,
+        # 1 x 1024 with checkpointing peaked at 9.31 GiB in training (H200 capped at a T4, 2026-11-25), W + the
+        # staging buffer + this = 9.29.
+        tail = offloaded_head_bytes(spec.vocab_size * spec.hidden_size, w, n, stage)
+        bwd_act = max(bwd_act, tail)
     bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + held
     step = params + optimizer + resident_grads + ws + step_transient + held
     train_peak = max(fwd, bwd, step)

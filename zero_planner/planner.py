@@ -270,11 +270,29 @@ def batch_shape(max_micro: int, world_size: int, global_batch: int | None) -> tu
     return micro, accum, note
 
 
+def known_failure(method: str, strategy: Strategy) -> str | None:
+    """Returns why DeepSpeed cannot run this combination whatever the memory (None when it can).
+
+    LoRA with ZeRO-3's parameters offloaded stops in the first training step with DeepSpeed 0.19.8's assertion
+    "Cannot partition a param in flight" (partition_parameters.py _partition_param), with and without gradient
+    checkpointing: measured with zero-run on Llama 3.2 1B and Mistral-7B LoRA in fp16 (H100 and H200, each
+    capped at a T4's memory, 2026-11-25; benchmarks/results/*phases-r3*, *phases-r4*). QLoRA there is not
+    measured: its frozen base is partitioned the same way, so it is left out too."""
+    if method in ("lora", "qlora") and strategy.offload_param != "none":
+        return ("does not run: DeepSpeed 0.19 stops LoRA with ZeRO-3 parameter offload in its first step "
+                "(\"Cannot partition a param in flight\"; measured)")
+    return None
+
+
 def _option(
     ev: _Evaluator, strategy: Strategy, ckpt: bool, *, micro_batch: int | None, global_batch: int | None
 ) -> tuple[Option, str | None]:
     """Returns the option for (strategy, ckpt) at its largest fitting (or the given) micro-batch, and a batch note."""
     world = ev.cluster.world_size
+    broken = known_failure(ev.method, strategy)
+    if broken:
+        micro = micro_batch or 1
+        return Option(strategy, ckpt, micro, 1, ev.memory(strategy, ckpt, micro), False, broken), None
     if micro_batch is not None:
         problem = ev.why_not(strategy, ckpt, micro_batch)
         if problem:
@@ -410,7 +428,8 @@ def plan(
         )
     if chosen is None:
         result = PlanResult(spec, cluster, precision, seq_len, options, None, None, notes)
-        result.advice = advice(result, ev, micro_batch=micro_batch, ckpts=ckpts, strategies=strategies)
+        runnable = [s for s in strategies if not known_failure(method, s)] or strategies
+        result.advice = advice(result, ev, micro_batch=micro_batch, ckpts=ckpts, strategies=runnable)
         return result
     if batch_notes[(chosen.strategy, chosen.gradient_checkpointing)]:
         notes.append(batch_notes[(chosen.strategy, chosen.gradient_checkpointing)])
@@ -441,7 +460,8 @@ def _plan_auto(spec: ModelSpec, cluster: Cluster, **kwargs: Any) -> PlanResult:
         chosen = "full"
     costs = []
     for method, result in results.items():
-        best = result.chosen or min(result.options, key=lambda o: o.memory.total_bytes)
+        runnable = [o for o in result.options if not known_failure(method, o.strategy)] or result.options
+        best = result.chosen or min(runnable, key=lambda o: o.memory.total_bytes)
         costs.append(
             f"--method {method}: {'fits' if result.fits else 'does not fit'}; "
             f"{'best' if result.fits else 'smallest'} option stage {best.strategy.name} "

@@ -127,6 +127,8 @@ def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes:
             slower = 1 - option.tokens_per_second / chosen.tokens_per_second
             return f"fits, {slower:.0%} slower" if slower >= 0.005 else "fits, as fast"
         return "fits"
+    if option.reason.startswith("does not run"):
+        return "no: fails in DeepSpeed"  # planner.known_failure; --explain gives the reason in full
     memory, problems = option.memory, []
     need = memory.fit_total_bytes or memory.total_bytes
     if need > gpu_cap_bytes:

@@ -232,7 +232,9 @@ def estimate_config(
                     margin=False, lora=lora, num_labels=num_labels, pretrained=pretrained,
                     keeps_outputs=keeps_outputs, calibration=calibration)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
-    problem = ev.why_not(strategy, grad_ckpt, micro, accum)
+    from zero_planner.planner import known_failure
+
+    problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
     if problem:
         option = Option(strategy, grad_ckpt, micro, accum, memory, False, problem, step)
