@@ -208,13 +208,17 @@ def test_offloaded_untied_head_peaks_after_the_loss_at_few_tokens_only():
     est = estimate_memory(spec, STRATEGIES["2-offload"], few, gpu_name="H100")
     logits = 512 * 32_000
     after_loss = act.saved_bytes - 4 * logits + 2 * 512 * 4096 + 10 * head
-    assert est.activations_bytes == after_loss > act.backward_peak_bytes
+    # The input embedding's gradient comes last, handled the same way with next to no activation left (10 B per
+    # element); this synthetic spec keeps almost no activations, so that moment is the larger here.
+    tail = 10 * head
+    assert after_loss > act.backward_peak_bytes
+    assert est.activations_bytes == max(after_loss, tail)
     many = workload(micro_batch_size=16, seq_len=4096)
     est = estimate_memory(spec, STRATEGIES["2-offload"], many, gpu_name="H100")
     assert est.activations_bytes == activation_bytes(spec, many).backward_peak_bytes
     tied = estimate_memory(synthetic_spec(vocab_size=32_000, hidden_size=4096, largest_tensor_numel=head),
                            STRATEGIES["2-offload"], few, gpu_name="H100")
-    assert tied.activations_bytes == activation_bytes(spec, few).backward_peak_bytes  # no head gradient path
+    assert tied.activations_bytes == max(activation_bytes(spec, few).backward_peak_bytes, tail)  # no head path
 
 
 LLAMA = None
