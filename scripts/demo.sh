@@ -120,7 +120,7 @@ if measured:
     print(f"memory   peak allocated: measured {max(measured) / GIB:.3f} GiB, predicted {predicted / GIB:.3f} GiB")
 else:
     print(f"memory   peak allocated: predicted {predicted / GIB:.3f} GiB per rank; not measured on CPU "
-          f"(torch tracks CUDA allocations only; GPU accuracy: README)")
+          f"(torch tracks CUDA allocations only; GPU accuracy: docs/accuracy.md)")
 rss = sum(r["host_rss_bytes"] or 0 for r in ranks)
 print(f"         host: measured RSS {rss / GIB:.2f} GiB over {len(ranks)} ranks, predicted "
       f"{plan['estimate']['cpu']['total'] / GIB:.2f} GiB per node")
