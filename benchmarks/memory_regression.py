@@ -38,7 +38,15 @@ HOST_LIMIT = 0.10  # host RSS of the operating-point cases, per rank ...
 # ... beyond the spread of the bare process, which no term models: 1.84-2.27 GiB across architectures.
 HOST_SLACK_BYTES = 256 * 2**20
 # Measured host RSS beyond HOST_LIMIT whose cause is not found yet: printed on every run, never silently passed.
-KNOWN_HOST_MISSES: dict[str, str] = {}  # id prefix -> why a host miss beyond the limit is known and not yet fixed
+KNOWN_HOST_MISSES: dict[str, str] = {  # id prefix -> why a host miss beyond the limit is known and not yet fixed
+    "qwen2-moe-a2.7b-4l|3-offload|": (
+        "ZeRO-3's optimizer sub-groups close on the first tensor that reaches sub_group_size (stage3.py "
+        "_create_fp16_sub_groups), so with 346M-element expert tensors two groups hold 1.24e9 and 1.14e9 "
+        "elements and their pinned fp32 gradient buffers round to 8 GiB, not 4: 26.0 GiB pinned, exactly the "
+        "27,917,287,424 bytes measured (greedy over the model's parameter order on the meta device); the model "
+        "assumes groups of at most sub_group_size (20 GiB): ModelSpec has tensor sizes but not their order"
+    ),
+}
 # id prefix -> why a case that ran is known to be predicted (conservatively) not to fit, and not yet fixed
 KNOWN_FIT_MISSES: dict[str, str] = {}
 

@@ -74,10 +74,13 @@ def family_of(case) -> str:
 
 
 def host_of(case) -> str:
-    """Returns the key of the machine a case ran on: the CPU model where the harness recorded it, else the GPU
-    kind (each lent GPU kind came on its own host type)."""
-    prov = case.row["provenance"]
-    return str(prov.get("cpu_model") or case.gpu.name)
+    """Returns the key of the machine a case ran on: the GPU kind (each lent GPU kind came on its own host type),
+    with the CPU model where the harness recorded it. The CPU model alone does not tell the hosts apart: the lent
+    H100 and H200 machines both report the virtual CPU's generic "Intel(R) Xeon(R) Processor", and their hooks
+    and CPU Adam run at different speeds (Mistral-7B's ZeRO-3 fetches at micro-batch 1-2: 1.05 ms each on the
+    H200's host, 2026-11-25; 1.5-2.1 ms on the H100's for Llama-3.2-3B, Qwen3-1.7B, Gemma-2-2B)."""
+    cpu_model = case.row["provenance"].get("cpu_model")
+    return f"{case.gpu.name} ({cpu_model})" if cpu_model else case.gpu.name
 
 
 def features(case, base: Calibration | None = None) -> Features:
