@@ -37,7 +37,8 @@ def main() -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    from zero_planner.modeling import _auto_class, hf_config
+    from zero_planner.modeling import _auto_class
+    from zero_planner.models.hf import hf_config
 
     # The model's module too (transformers imports it lazily): all before the GPU is touched.
     _auto_class(case.get("task", "causal-lm"))._model_mapping[type(hf_config(dict(case["model_config"])))]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zero_planner.models.activations import closed_form_coefficients, traced_coefficients
-from zero_planner.models.spec import catalog_entry
+from zero_planner.models.catalog import catalog_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,9 @@ import pytest
 
 from zero_planner.errors import InputError
 from zero_planner.models import spec as spec_module
-from zero_planner.models.spec import catalog_entry, list_catalog, load_model_spec, param_table
+from zero_planner.models.catalog import catalog_entry, list_catalog
+from zero_planner.models.count import param_table
+from zero_planner.models.spec import load_model_spec
 
 CATALOG = list_catalog()
 PUBLISHED = [(name, catalog_entry(name)["published_params"]) for name in CATALOG if catalog_entry(name)["published_params"]]
