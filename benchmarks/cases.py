@@ -7,7 +7,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from zero_planner.dsconfig import build_ds_config
+from zero_planner.plan.dsconfig import build_ds_config
 from zero_planner.strategies import STRATEGIES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"

@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner.checkpoint import run_disk_bytes  # noqa: E402
 from zero_planner.hardware import parse_gpus  # noqa: E402
-from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.saves import run_disk_bytes  # noqa: E402
 
 CONFIGS = ROOT / "benchmarks" / "model_configs"
 HARNESS_GPU_BYTES = {"H100": 85_017_493_504, "H200": 150_754_820_096}  # torch's total_memory on the lent GPUs
@@ -157,7 +157,7 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
                           adapters=adapters, merged_export=adapters and plan["strategy"]["stage"] < 3,
                           checkpoints=t.get("save_every", 25) > 0)  # fmt: skip
     if method == "qlora" and plan["model"].get("init") == "random":
-        disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (launch.preflight)
+        disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (run/preflight.py)
     case = {
         "kind": "zero-run",
         "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|{tag}",

@@ -102,7 +102,7 @@ def in_process(gpus_specs: list[str]) -> list[tuple[float, str, str]]:
     from zero_planner.hardware import parse_gpus
     from zero_planner.models.catalog import list_catalog
     from zero_planner.models.spec import load_model_spec
-    from zero_planner.planner import plan
+    from zero_planner.plan.search import plan
 
     times = []
     for name in list_catalog():

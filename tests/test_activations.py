@@ -72,8 +72,8 @@ def test_lora_trace_counts_adapter_tensors_by_hand(llama1b_lora):
 
 
 def test_adapter_activations_use_the_lora_trace(llama1b_lora):
-    from zero_planner.memory import Workload, activation_bytes
     from zero_planner.models.spec import spec_from_config
+    from zero_planner.plan.memory import Workload, activation_bytes
 
     config, _ = llama1b_lora
     spec = spec_from_config(config, "llama3.2-1b")

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zero_planner.memory import (
+from zero_planner.models.spec import ModelSpec, load_model_spec
+from zero_planner.plan.memory import (
     CUDA_CONTEXT_BYTES,
     GiB,
     Workload,
@@ -19,7 +20,6 @@ from zero_planner.memory import (
     sdpa_masked_layers,
     workspace_bytes,
 )
-from zero_planner.models.spec import ModelSpec, load_model_spec
 from zero_planner.strategies import STRATEGIES
 
 P = 1_000_000_000  # a round 1B-parameter model makes every term readable by hand
@@ -96,7 +96,7 @@ def test_offload_terms():
 def test_stage3_offload_host_terms_by_hand():
     """Host memory of ZeRO-3 with the optimizer offloaded, term by term (the buffers measured on H100/H200:
     gpu_step's pinned-memory statistics). P = 1e9 elements, one sub-group, bf16 (w = 2), one GPU."""
-    from zero_planner.memory import PROCESS_RSS_BYTES, pinned_bytes
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES, pinned_bytes
 
     spec = synthetic_spec()
     host = estimate_memory(spec, STRATEGIES["3-offload"], workload(1), gpu_name="H100").cpu_training_bytes
@@ -313,8 +313,8 @@ def test_workspace_by_gpu_generation():
 def test_expandable_segments_total_is_the_peak_plus_context():
     """zero-run launches with expandable segments: the cache is returned on demand, so what must fit is the
     peak allocation plus context (and NCCL on several GPUs); the default allocator's fragmented figure is kept."""
-    from zero_planner.memory import CUDA_CONTEXT_BYTES
-    from zero_planner.nccl import nccl_buffer_bytes
+    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.plan.nccl import nccl_buffer_bytes
 
     one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
     assert one.total_bytes == one.floor_bytes == one.peak_allocated_bytes + CUDA_CONTEXT_BYTES
@@ -325,9 +325,9 @@ def test_expandable_segments_total_is_the_peak_plus_context():
 
 
 def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():
-    from zero_planner.memory import CUDA_CONTEXT_BYTES
-    from zero_planner.nccl import nccl_buffer_bytes
-    from zero_planner.planner import why_not
+    from zero_planner.plan.fit import why_not
+    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.plan.nccl import nccl_buffer_bytes
 
     default_allocator = dict(expandable_segments=False)
     one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048, **default_allocator),
@@ -399,7 +399,7 @@ def test_host_phases_resume_reads_the_checkpoint_whole():
     spec = synthetic_spec()
     stage0 = estimate_memory(spec, STRATEGIES["0"], workload(2), gpu_name="H100")
     stage1 = estimate_memory(spec, STRATEGIES["1"], workload(2), gpu_name="H100")
-    from zero_planner.memory import RSS_AT_ZERO3_INIT_BYTES
+    from zero_planner.plan.memory import RSS_AT_ZERO3_INIT_BYTES
 
     # stage 0: every rank reads the one file with weights (2P) and optimizer (12P); ZeRO: its own partition.
     assert stage0.host_phase_peaks["resume"] == 2 * (RSS_AT_ZERO3_INIT_BYTES + 2 * P + 12 * P)
@@ -417,7 +417,7 @@ def test_cpu_processes_host_figure_is_measured_not_a_gpu_baseline():
     from conftest import ROOT
 
     from zero_planner.cli import main
-    from zero_planner.memory import PROCESS_RSS_BYTES
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES
 
     lines = [json.loads(line) for line in (ROOT / "benchmarks" / "results" / "cpu-rss-2026-11-25.jsonl").open()]
     tiny = [m for m in lines if m["model"].endswith("llama-tiny.json")]

@@ -226,7 +226,7 @@ def test_folder_without_config(tmp_path):
 
 @pytest.mark.parametrize("name", ["gemma-2-2b", "llama-3.2-1b", "gpt2"])
 def test_attn_implementation_agrees_with_modeling(name):
-    from zero_planner.modeling import attn_implementation_for
+    from zero_planner.run.modeling import attn_implementation_for
 
     assert load_model_spec(name).attn_implementation == attn_implementation_for(catalog_entry(name)["config"])
 

@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import GIB, make_candidate, make_plan
-from zero_planner import checkpoint as ckpt
+
 from zero_planner.errors import InputError
 from zero_planner.launch import main
-from zero_planner.plan import save_plan
-from zero_planner.report import build_run_report, error_pct, next_choice, report_table
+from zero_planner.plan import saves
+from zero_planner.planfile import save_plan
+from zero_planner.run import checkpoint as ckpt
+from zero_planner.run.report import build_run_report, error_pct, next_choice, report_table
 
 STEPS = 12
 
@@ -60,15 +61,15 @@ def test_prune_keeps_the_newest_complete_ones(tmp_path):
 
 def test_checkpoint_bytes():
     # 1e9 params in bf16: 2 B weights + 12 B optimizer (fp32 master + Adam m + v) per parameter.
-    assert ckpt.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
-    assert ckpt.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
+    assert saves.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
+    assert saves.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
     # LoRA/QLoRA checkpoints leave the frozen base out (exclude_frozen_parameters)
-    assert ckpt.checkpoint_bytes(10**9, 10**6, "bf16", frozen_excluded=True) == 14 * 10**6
-    full = ckpt.run_disk_bytes(10**9, 10**9, "bf16")
-    assert full == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**9 + 2 * 10**9
-    qlora = ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True)
-    assert qlora == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**6 + 2 * 10**6
-    assert ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True, merged_export=True) == qlora + 2 * 10**9
+    assert saves.checkpoint_bytes(10**9, 10**6, "bf16", frozen_excluded=True) == 14 * 10**6
+    full = saves.run_disk_bytes(10**9, 10**9, "bf16")
+    assert full == (saves.KEEP_CHECKPOINTS + 1) * 14 * 10**9 + 2 * 10**9
+    qlora = saves.run_disk_bytes(10**9, 10**6, "bf16", adapters=True)
+    assert qlora == (saves.KEEP_CHECKPOINTS + 1) * 14 * 10**6 + 2 * 10**6
+    assert saves.run_disk_bytes(10**9, 10**6, "bf16", adapters=True, merged_export=True) == qlora + 2 * 10**9
 
 
 # --- report and OOM advice ---
@@ -121,7 +122,7 @@ def test_run_report_rows_and_table():
 
 def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
     from zero_planner import launch
-    from zero_planner.train import record_oom
+    from zero_planner.run.train import record_oom
 
     plan = make_plan("2", micro_batch_size=8, peak_bytes=12 * GIB, total_bytes=14 * GIB)
     record = record_oom(plan, tmp_path, rank=1, phase="backward", step=3, error=MemoryError("CUDA out of memory"))
@@ -137,7 +138,7 @@ def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
 
 
 def test_synthetic_classification_is_deterministic_and_uses_every_class():
-    from zero_planner.data import synthetic_classification
+    from zero_planner.run.data import synthetic_classification
 
     texts, labels = synthetic_classification(4, 400, seed=5)
     assert (texts, labels) == synthetic_classification(4, 400, seed=5)
@@ -147,7 +148,7 @@ def test_synthetic_classification_is_deterministic_and_uses_every_class():
 
 
 def test_classification_files_with_int_or_named_labels(tmp_path):
-    from zero_planner.data import load_classification_dataset
+    from zero_planner.run.data import load_classification_dataset
 
     (tmp_path / "d.csv").write_text("body,label\ngreat film,pos\nawful film,neg\nfine film,pos\n")
     ds = load_classification_dataset(str(tmp_path / "d.csv"), "body", num_labels=2)
@@ -168,8 +169,8 @@ def test_classification_files_with_int_or_named_labels(tmp_path):
 def test_classification_rows_are_padded_with_a_mask():
     import datasets
 
-    from zero_planner.data import pad_ids, pad_token_id_for, tokenize_and_pad
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pad_ids, pad_token_id_for, tokenize_and_pad
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     assert pad_ids([5, 6, 7], 5, 0) == ([5, 6, 7, 0, 0], [1, 1, 1, 0, 0])
     assert pad_ids([5, 6, 7], 2, 0) == ([5, 6], [1, 1])
@@ -182,7 +183,7 @@ def test_classification_rows_are_padded_with_a_mask():
 
 
 def test_qlora_on_cpu_is_refused_in_one_line(plan_file, capsys, monkeypatch):
-    from zero_planner import train
+    from zero_planner.run import train
 
     monkeypatch.delenv("RANK", raising=False)
     assert train.main(["--plan", str(plan_file(method="qlora"))]) == 2
@@ -220,8 +221,8 @@ def final_model_loss(final_dir: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from zero_planner.data import pack_ids, synthetic_texts
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pack_ids, synthetic_texts
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     model, info = AutoModelForCausalLM.from_pretrained(str(final_dir), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]

@@ -42,7 +42,6 @@ from typing import Any, Literal
 from zero_planner.models.activations import TRACE_SEQ
 from zero_planner.models.catalog import catalog_entries
 
-
 Layout = Literal["llama", "phi3", "mixtral", "gemma2", "gpt2"]
 
 

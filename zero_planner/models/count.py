@@ -146,7 +146,7 @@ def _first_line(error: BaseException, limit: int = 200) -> str:
 def _build_on_meta(hf, label: str):
     """Returns (model, attn_implementation): the causal LM on the meta device, with SDPA where accepted.
 
-    Same rule as zero_planner.modeling.attn_implementation_for, with one instantiation instead of two.
+    Same rule as zero_planner.run.modeling.attn_implementation_for, with one instantiation instead of two.
     """
     import torch
     from transformers import AutoModelForCausalLM

@@ -30,13 +30,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
 from zero_planner.models.activations import (
     attention_coefficients,
     closed_form_coefficients,
     lora_dtype_coefficients,
     runs_on_meta,
 )
+from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
 from zero_planner.models.count import count_params, with_activations
 from zero_planner.quiet import quiet_libraries
 

@@ -10,12 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from zero_planner.dsconfig import bucket_sizes
-from zero_planner.dsdefaults import zero_settings
 from zero_planner.models.activations import closed_form_coefficients
 from zero_planner.models.spec import ModelSpec
-from zero_planner.nccl import nccl_buffer_bytes, note as nccl_note
 from zero_planner.phases import PHASES
+from zero_planner.plan.dsconfig import bucket_sizes
+from zero_planner.plan.dsdefaults import zero_settings
+from zero_planner.plan.nccl import nccl_buffer_bytes
+from zero_planner.plan.nccl import note as nccl_note
 from zero_planner.strategies import Strategy
 
 GiB = 2**30

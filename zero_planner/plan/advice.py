@@ -7,15 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from zero_planner.fit import GIB, HOST_MARGIN_FRACTION, _gib
 from zero_planner.hardware import Cluster
-from zero_planner.memory import MemoryEstimate, trainable_params
+from zero_planner.plan.fit import GIB, HOST_MARGIN_FRACTION, _gib
+from zero_planner.plan.memory import MemoryEstimate, trainable_params
+from zero_planner.plan.options import Evaluator, PlanResult, known_failure
 from zero_planner.strategies import STRATEGIES, Strategy
-
-if TYPE_CHECKING:  # the planner imports this module; these names are for annotations only
-    from zero_planner.planner import PlanResult, _Evaluator
 
 MAX_WORLD_SIZE_SEARCHED = 64
 """When nothing fits, the planner looks for the smallest number of GPUs of the same type that would, up to this."""
@@ -24,14 +21,14 @@ MIN_SEQ_LEN_SUGGESTED = 64
 
 
 def _smallest(
-    ev: _Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
+    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
 ) -> tuple[Strategy, bool, MemoryEstimate]:
     """Returns the (strategy, ckpt, memory) at micro-batch 1 with the smallest per-GPU total."""
     return min(((s, c, ev.memory(s, c, 1)) for s in strategies for c in ckpts), key=lambda t: t[2].total_bytes)
 
 
 def _first_fit(
-    ev: _Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
+    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
 ) -> tuple[Strategy, bool, MemoryEstimate] | None:
     """Returns the first (strategy, ckpt, memory) that fits at micro-batch 1, in strategy order, or None."""
     for strategy in strategies:
@@ -71,7 +68,7 @@ def _gpus_text(cluster: Cluster) -> str:
 
 def advice(
     result: PlanResult,
-    ev: _Evaluator,
+    ev: Evaluator,
     *,
     micro_batch: int | None,
     ckpts: Sequence[bool],
@@ -79,8 +76,6 @@ def advice(
 ) -> list[str]:
     """Returns what would make a plan fit, each line with its numbers: the smallest option's need, another
     stage or checkpointing, more host memory (offload), more GPUs, a shorter sequence, LoRA/QLoRA."""
-    from zero_planner.planner import known_failure
-
     cluster, spec = result.cluster, result.spec
     every = [s for s in STRATEGIES.values() if not known_failure(ev.method, s)]
     both = [False, True]
