@@ -10,7 +10,9 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import GIB, make_candidate, make_plan
@@ -20,6 +22,7 @@ from zero_planner.launch import main
 from zero_planner.plan import saves
 from zero_planner.planfile import save_plan
 from zero_planner.run import checkpoint as ckpt
+from zero_planner.run import train
 from zero_planner.run.report import build_run_report, error_pct, next_choice, report_table
 
 STEPS = 12
@@ -183,12 +186,104 @@ def test_classification_rows_are_padded_with_a_mask():
 
 
 def test_qlora_on_cpu_is_refused_in_one_line(plan_file, capsys, monkeypatch):
-    from zero_planner.run import train
-
     monkeypatch.delenv("RANK", raising=False)
     assert train.main(["--plan", str(plan_file(method="qlora"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zero-run: error: QLoRA needs a CUDA GPU with bitsandbytes") and err.count("\n") == 1
+
+
+# --- the steps of train(), one at a time (no deepspeed) ---
+
+
+@dataclass
+class OneRank:
+    """One rank's view of a process group that is not there: all_ok answers as if every other rank said `others_ok`."""
+
+    rank: int = 0
+    world_size: int = 2
+    local_rank: int = 0
+    others_ok: bool = True
+    checkpoint_writer: bool = True
+
+    def all_ok(self, ok: bool) -> bool:
+        return ok and self.others_ok
+
+
+def test_load_inputs_reads_the_plans_tokenizer_and_data():
+    plan = make_plan("2", seq_len=64)
+    inputs = train._load_inputs(plan, OneRank())
+    assert (inputs.source, inputs.weights, inputs.pad_token_id, inputs.eval_blocks) == (None, None, None, None)
+    assert inputs.data_format == "text" and inputs.tokenizer.name == "byte-level"  # llama-tiny names no tokenizer
+    assert len(inputs.blocks) > 1000 and {len(row) for row in inputs.blocks["input_ids"][:50]} == {64}
+    rank0, rank1 = (train._block_order(plan, OneRank(rank=r), len(inputs.blocks)) for r in (0, 1))
+    assert len(rank0.micro_batch(0)) == 4 and set(rank0.micro_batch(0)).isdisjoint(rank1.micro_batch(0))
+
+
+def test_load_inputs_bad_data_stops_every_rank_with_one_error(tmp_path):
+    plan = make_plan("2", dataset=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(InputError, match="missing.jsonl"):
+        train._load_inputs(plan, OneRank(rank=0))  # rank 0 says what is wrong
+    with pytest.raises(InputError, match="rank 0 could not prepare the weights, tokenizer or data"):
+        train._load_inputs(plan, OneRank(rank=1, others_ok=False))  # the others read nothing and leave
+
+
+def test_run_ds_config_points_the_monitor_into_the_output_folder(tmp_path):
+    plan = make_plan("2", report_to=["csv"])
+    out = tmp_path / "run"
+    ds_config, node_local = train._run_ds_config(plan, out, OneRank())
+    assert out.is_dir() and not node_local and "checkpoint" not in ds_config
+    assert ds_config["csv_monitor"]["enabled"] and ds_config["csv_monitor"]["output_path"] == str(out.absolute() / "logs")
+    assert {k: v for k, v in ds_config.items() if k != "csv_monitor"} == plan.deepspeed_config  # nothing else changes
+
+
+@pytest.mark.parametrize("step,start_step,warm,max_steps,counts", [
+    (1, 0, 2, 10, False), (2, 0, 2, 10, False), (3, 0, 2, 10, True),  # the first `warm` steps are left out
+    (6, 4, 2, 10, False), (7, 4, 2, 10, True),  # counted from where a resumed run starts
+    (1, 0, 2, 2, True), (2, 0, 2, 2, True),  # a run no longer than the warm-up counts every step
+])  # fmt: skip
+def test_counts_for_speed(step, start_step, warm, max_steps, counts):
+    assert train.counts_for_speed(step, start_step=start_step, warm=warm, max_steps=max_steps) is counts
+
+
+@pytest.mark.parametrize("step,eval_every,saving,stopping,due", [
+    (10, 0, False, False, True),  # the last step
+    (4, 0, True, False, True), (4, 0, False, False, False),  # eval_every 0: with each checkpoint
+    (6, 3, False, False, True), (4, 3, True, False, False),  # every eval_every steps, checkpoints aside
+    (10, 0, True, True, False),  # stopping: the checkpoint only
+])  # fmt: skip
+def test_eval_due(step, eval_every, saving, stopping, due):
+    assert train.eval_due(step, max_steps=10, eval_every=eval_every, saving=saving, stopping=stopping) is due
+
+
+def test_step_info_is_the_runs_speed_after_the_warmup():
+    state = train.LoopState(step=4, losses=[3.0] * 4, timed_s=2.0, timed_steps=2)
+    info = train._step_info(state, step_loss=2.5, step_lr=1e-3, elapsed=0.5, tokens_per_step=4096, max_steps=10,
+                            on_cuda=False)  # fmt: skip
+    # 4096 tokens x 2 timed steps / 2.0 s; 6 steps left at 1.0 s a step.
+    assert info.startswith("loss 2.5000  lr 1.00e-03  4,096 tok/s  eta 0:06  mem rss ")
+    early = train._step_info(train.LoopState(step=1, losses=[3.0]), step_loss=3.0, step_lr=0.0, elapsed=0.25,
+                             tokens_per_step=4096, max_steps=10, on_cuda=False)  # fmt: skip
+    assert "16,384 tok/s  eta 0:02" in early  # before any step counts: this step's own speed
+
+
+def test_run_report_adds_the_loop_and_the_data_to_the_report():
+    plan = make_plan("2", micro_batch_size=4, seq_len=64)  # 2 ranks x 4 x 64 = 512 tokens a step
+    state = train.LoopState(step=3, losses=[3.0, 2.0, 1.5], stopping=15, timed_s=0.5, timed_steps=1,
+                            eval_losses=[{"step": 2, "loss": 2.2}], step_times=[0.9, 0.6, 0.5])  # fmt: skip
+    inputs = train.RunInputs(source=None, weights=None, tokenizer=SimpleNamespace(name="byte-level"),
+                             pad_token_id=None, blocks=[0] * 100, eval_blocks=None, data_format="text")  # fmt: skip
+    ranks = [{"rank": r, "peak_allocated_bytes": None, "host_rss_bytes": GIB} for r in (1, 0)]
+    report = train.run_report(plan, ranks, state, inputs, warm=1, node_local=False, device="cpu", versions={})
+    assert report["status"] == "interrupted" and report["losses"] == [3.0, 2.0, 1.5]
+    assert report["tokens_per_second"] == 1024.0  # 512 tokens x 1 timed step / 0.5 s
+    assert report["eval_losses"] == state.eval_losses and report["step_times_s"] == [0.9, 0.6, 0.5]
+    assert report["warmup_steps"] == 1 and report["nodes"] == 1 and report["checkpoint_storage"] == "shared"
+    assert report["data"] == {"dataset": "synthetic", "format": "text", "blocks": 100, "tokenizer": "byte-level",
+                              "init": plan.model.init, "load_path": None}  # fmt: skip
+    untimed = train.run_report(plan, ranks, train.LoopState(step=1, losses=[3.0]), inputs, warm=1, node_local=True,
+                               device="cpu", versions={})  # fmt: skip
+    assert untimed["tokens_per_second"] is None and untimed["status"] == "ok"
+    assert untimed["checkpoint_storage"] == "node-local"
 
 
 # --- real runs (slow) ---

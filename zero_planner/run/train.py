@@ -37,6 +37,7 @@ import resource
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -222,61 +223,161 @@ class Ranks:
 
 
 def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False) -> int:
-    """Trains the planned model to `max_steps` optimizer steps; returns the exit status."""
-    import deepspeed
+    """Trains the planned model to `max_steps` optimizer steps; returns the exit status.
+
+    The steps below, in order: start the ranks (_start_ranks), adapt the DeepSpeed JSON to this output folder
+    (_run_ds_config), read weights, tokenizer and data, rank 0 first (_load_inputs), build the engine and resume
+    (_build_engine, _resume), train with evaluation and checkpoints (_train_loop), export the final model
+    (_export_final), and report (_report). Out of GPU memory anywhere, the rank records it and leaves (EXIT_OOM).
+    """
     import torch
 
     from zero_planner.plan.throughput import warmup_steps as timing_warmup_steps  # not the LR warm-up below
-    from zero_planner.run import data as zdata
-    from zero_planner.run.modeling import resolve_pretrained
-    from zero_planner.run.report import build_run_report, phase_table, report_table
-    from zero_planner.run.tokenizer import load_tokenizer
 
     t = plan.training
-    if t.method == "qlora":
+    _refuse_unavailable_method(plan)
+    stop = StopRequest()
+    stop.install()
+    ranks, meter, console = _start_ranks(plan)
+    ds_config, node_local = _run_ds_config(plan, output_dir, ranks)
+    ckpt_dir = output_dir / ckpt.CHECKPOINTS_DIR
+    micro, accum = t.micro_batch_size, t.gradient_accumulation_steps
+    stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    peft = t.method in ("lora", "qlora")
+
+    inputs = _load_inputs(plan, ranks)
+    order = _block_order(plan, ranks, len(inputs.blocks))
+    steps_per_epoch = len(inputs.blocks) / (ranks.world_size * micro * accum)
+    max_steps = run_length(max_steps, t.epochs, steps_per_epoch)
+
+    torch.manual_seed(t.seed)
+    try:
+        engine, attn, trainable, warmup_steps = _build_engine(plan, ds_config, ranks, meter, weights=inputs.weights,
+                                                              pad_token_id=inputs.pad_token_id,
+                                                              scratch_dir=output_dir, max_steps=max_steps)  # fmt: skip
+        start_step, losses = 0, []
+        if resume:
+            meter.enter("resume")
+            start_step, losses = _resume(engine, ckpt_dir, ranks, console, ranks.world_size, peft=peft)
+        # --save-total-limit never prunes the checkpoint this run continues from.
+        resumed_from = ckpt_dir / ckpt.tag_for(start_step) if start_step else None
+    except torch.OutOfMemoryError as error:
+        _leave_out_of_memory(plan, output_dir, rank=ranks.rank, phase=meter.current or "load", step=0, error=error)
+    if ranks.on_cuda:
+        torch.cuda.synchronize()
+        # Init-time transients are returned to the device before training (the steps' peaks are their own).
+        torch.cuda.empty_cache()
+    meter.enter("train")
+
+    if node_local:
+        console.print(f"checkpoints: node-local (the nodes do not share {output_dir}; each saves its own part there)")
+    console.print(_start_line(plan, inputs, ds_config, output_dir, attn=attn, world=ranks.world_size, stage=stage,
+                              trainable=trainable, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
+                              start_step=start_step, max_steps=max_steps))  # fmt: skip
+    state = LoopState(step=start_step, losses=losses)
+    warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
+    try:
+        _train_loop(engine, plan, ranks, meter, console, stop, state, inputs=inputs, order=order, ckpt_dir=ckpt_dir,
+                    max_steps=max_steps, warm=warm, peft=peft, node_local=node_local, resumed_from=resumed_from)  # fmt: skip
+        if saves.exports_model(t.save, interrupted=state.interrupted) and state.step > start_step:
+            state.phase = "export"
+            meter.enter("export")
+            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft)
+    except torch.OutOfMemoryError as error:
+        _leave_out_of_memory(plan, output_dir, rank=ranks.rank, phase=state.phase, step=state.step + 1, error=error)
+    _report(engine, plan, ranks, meter, console, state, inputs, output_dir=output_dir, warm=warm, peft=peft,
+            node_local=node_local)  # fmt: skip
+    ranks.barrier()
+    if state.interrupted:
+        return 128 + state.stopping  # the first signal any rank got
+    return 0
+
+
+def _refuse_unavailable_method(plan: Plan) -> None:
+    """Raises InputError when the plan's method cannot run here (QLoRA without CUDA and bitsandbytes), before the
+    process group starts, so that every rank leaves at once with the same line."""
+    if plan.training.method == "qlora":
         from zero_planner.run.modeling import qlora_unavailable_reason
 
         why = qlora_unavailable_reason(_accelerator_is_cuda())
         if why:
-            raise InputError(why)  # before the process group: every rank leaves at once
+            raise InputError(why)
+
+
+def _start_ranks(plan: Plan):
+    """Returns (Ranks, PhaseMeter in phase "load", console) once the process group is up, after checking that the
+    launch matches the plan: as many ranks as it names, all of them training the same plan on the same data."""
     from zero_planner.run.meter import PhaseMeter, emulate_memory_limit
 
-    stop = StopRequest()
-    stop.install()
     ranks = Ranks()
-    rank, world = ranks.rank, ranks.world_size
     if ranks.on_cuda:
         emulate_memory_limit(ranks.local_rank)  # benchmarks only (ZERO_RUN_MEMORY_LIMIT_BYTES): a smaller card
     meter = PhaseMeter(ranks.on_cuda)
     meter.enter("load")
-    console = _console(rank)
-    if world != plan.hardware.world_size:
+    console = _console(ranks.rank)
+    if ranks.world_size != plan.hardware.world_size:
         raise InputError(
             f"the plan is for {plan.hardware.world_size} ranks "
             f"(nodes({plan.hardware.nodes}) * gpus_per_node({plan.hardware.gpus_per_node})) "
-            f"but {world} were launched"
+            f"but {ranks.world_size} were launched"
         )
     check_same_run(plan, ranks)
+    return ranks, meter, console
+
+
+def _run_ds_config(plan: Plan, output_dir: Path, ranks: Ranks) -> tuple[dict[str, Any], bool]:
+    """Returns (the DeepSpeed JSON this run hands to deepspeed.initialize, whether checkpoints are node-local), and
+    creates `output_dir`.
+
+    The plan's JSON, plus: node-local checkpoint storage where the nodes do not share `output_dir` (each node's
+    first rank then marks and prunes its own checkpoints: ranks.checkpoint_writer), and the monitor of
+    --report-to writing under `output_dir`, wherever the ranks start."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_dir = output_dir / ckpt.CHECKPOINTS_DIR
     ds_config = dict(plan.deepspeed_config)
     node_local = plan.hardware.nodes > 1 and not shared_output_dir(output_dir, ranks)
     if node_local:
         # Only where rank 0's folder is not everyone's: on a shared one, two nodes would write one file at once.
         ds_config["checkpoint"] = {**ds_config.get("checkpoint", {}), "use_node_local_storage": True}
         ranks.checkpoint_writer = ranks.local_rank == 0
-    if t.report_to:  # DeepSpeed's monitor writes under this run's output folder, wherever the ranks start
+    if plan.training.report_to:
         from zero_planner.plan.dsconfig import with_monitor
 
-        ds_config = with_monitor(ds_config, t.report_to, str(output_dir.absolute()))
-    micro, accum, seq_len = t.micro_batch_size, t.gradient_accumulation_steps, t.seq_len
-    stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        ds_config = with_monitor(ds_config, plan.training.report_to, str(output_dir.absolute()))
+    return ds_config, node_local
 
-    # Weights, tokenizer and data first, rank 0 ahead of the others so that hub files and datasets are
-    # downloaded and prepared (and cached) once. Bad input raises on rank 0 before the others read anything;
-    # every rank then learns it from the all-reduce and leaves with the same one-line error.
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run reads before the model is built: the weights' source, the tokenizer and the data blocks."""
+
+    source: str | None
+    """What from_pretrained reads (a folder or hub id; pretrained_source), None for random init."""
+    weights: str | None
+    """The local folder holding those weights (hub files downloaded), None for random init."""
+    tokenizer: Any
+    pad_token_id: int | None
+    """seq-cls: the token that pads each example to seq_len (None for causal-lm)."""
+    blocks: Any
+    """Training rows: seq_len-token blocks (causal-lm) or padded examples with their labels (seq-cls)."""
+    eval_blocks: Any
+    """The eval split's blocks, None without one (seq-cls has none)."""
+    data_format: str
+    """text, chat or prompt-response (data.load_lm_splits); text for seq-cls."""
+
+
+def _load_inputs(plan: Plan, ranks: Ranks) -> RunInputs:
+    """Returns the run's weights, tokenizer and data, read by rank 0 ahead of the others so that hub files and
+    datasets are downloaded and prepared (and cached) once.
+
+    Bad input raises InputError on rank 0 before the others read anything; every rank then learns it from the
+    all-reduce and leaves with the same one-line error."""
+    from zero_planner.run import data as zdata
+    from zero_planner.run.modeling import resolve_pretrained
+    from zero_planner.run.tokenizer import load_tokenizer
+
+    t = plan.training
     source = pretrained_source(plan)
-    if rank != 0:
+    if ranks.rank != 0:
         import datasets
 
         datasets.disable_progress_bars()  # one progress bar (rank 0's) is enough
@@ -291,187 +392,277 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         eval_blocks, data_format = None, "text"
         if t.task == "seq-cls":
             rows = zdata.load_classification_dataset(t.dataset, t.text_field, num_labels=t.num_labels, seed=t.seed)
-            blocks = zdata.tokenize_and_pad(rows, tokenizer, seq_len, pad_token_id)
+            blocks = zdata.tokenize_and_pad(rows, tokenizer, t.seq_len, pad_token_id)
         else:
-            blocks, eval_blocks, data_format = zdata.load_lm_splits(t, tokenizer, seq_len)
+            blocks, eval_blocks, data_format = zdata.load_lm_splits(t, tokenizer, t.seq_len)
     except InputError as caught:
         error = caught
-    if rank == 0 and not ranks.all_ok(error is None):
+    if ranks.rank == 0 and not ranks.all_ok(error is None):
         raise error
     if error is not None:
         raise error
-    order = zdata.BlockOrder(len(blocks), world, rank, micro, t.seed)
-    steps_per_epoch = len(blocks) / (world * micro * accum)
-    max_steps = run_length(max_steps, t.epochs, steps_per_epoch)
+    return RunInputs(source, weights, tokenizer, pad_token_id, blocks, eval_blocks, data_format)
 
-    torch.manual_seed(t.seed)
-    try:
-        model, attn = _build_model(plan, ds_config, ranks, weights=weights, pad_token_id=pad_token_id,
-                                   scratch_dir=output_dir)  # fmt: skip
-        peft = t.method in ("lora", "qlora")
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        warmup_steps = warmup_steps_for(t.warmup, max_steps)
-        meter.enter("initialize")
-        engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
-                                          lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
-        del model  # the engine holds the module; no second name keeps it alive past an export that frees it
 
-        start_step, losses = 0, []
-        if resume:
-            meter.enter("resume")
-            start_step, losses = _resume(engine, ckpt_dir, ranks, console, world, peft=peft)
-        # --save-total-limit never prunes the checkpoint this run continues from.
-        resumed_from = ckpt_dir / ckpt.tag_for(start_step) if start_step else None
-    except torch.OutOfMemoryError as error:
-        _leave_out_of_memory(plan, output_dir, rank=rank, phase=meter.current or "load", step=0, error=error)
-    if ranks.on_cuda:
-        torch.cuda.synchronize()
-        # Init-time transients are returned to the device before training (the steps' peaks are their own).
-        torch.cuda.empty_cache()
-    meter.enter("train")
+def _block_order(plan: Plan, ranks: Ranks, num_blocks: int):
+    """Returns the data.BlockOrder that deals this rank its micro-batches (InputError when the data is too short
+    for one micro-batch per rank)."""
+    from zero_planner.run import data as zdata
 
+    return zdata.BlockOrder(num_blocks, ranks.world_size, ranks.rank, plan.training.micro_batch_size, plan.training.seed)
+
+
+def _build_engine(plan: Plan, ds_config: dict[str, Any], ranks: Ranks, meter, *, weights: str | None,
+                  pad_token_id: int | None, scratch_dir: Path, max_steps: int):  # fmt: skip
+    """Returns (DeepSpeed engine, attention implementation, trainable parameters, LR warm-up steps): the model
+    built (_build_model, phase load), then deepspeed.initialize with only the trainable parameters in the
+    optimizer and the plan's LR schedule over `max_steps` (phase initialize)."""
+    import deepspeed
+
+    t = plan.training
+    model, attn = _build_model(plan, ds_config, ranks, weights=weights, pad_token_id=pad_token_id,
+                               scratch_dir=scratch_dir)  # fmt: skip
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    warmup_steps = warmup_steps_for(t.warmup, max_steps)
+    meter.enter("initialize")
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
+                                      lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
+    del model  # the engine holds the module; no second name keeps it alive past an export that frees it
+    return engine, attn, trainable, warmup_steps
+
+
+def _start_line(plan: Plan, inputs: RunInputs, ds_config: dict[str, Any], output_dir: Path, *, attn: str, world: int,
+                stage: int, trainable, steps_per_epoch: float, warmup_steps: int, start_step: int,
+                max_steps: int) -> str:  # fmt: skip
+    """Returns the line a run starts with: model and how it was loaded, strategy, method, batch shape, data,
+    tokenizer, learning rate, steps, what it keeps, where it logs."""
+    t = plan.training
+    source = inputs.source
     loaded = f"pretrained from {source}{', partitioned while loading' if stage == 3 else ''}" if source else "random init"
-    if node_local:
-        console.print(f"checkpoints: node-local (the nodes do not share {output_dir}; each saves its own part there)")
-    console.print(
+    peft = t.method in ("lora", "qlora")
+    micro, accum, seq_len = t.micro_batch_size, t.gradient_accumulation_steps, t.seq_len
+    return (
         f"zero-run: {plan.model.name} ({loaded}, {attn}) stage {plan.strategy.name or stage} on "
         f"{world} ranks; {_method_text(plan, trainable)}; micro-batch {micro} x accum {accum} x seq {seq_len}; "
-        f"data {t.dataset} ({data_format}, {len(blocks)} {'examples' if t.task == 'seq-cls' else 'blocks'}"
-        f"{f', eval {len(eval_blocks)}' if eval_blocks is not None else ''}, {steps_per_epoch:.1f} steps/epoch, "
-        f"tokenizer {tokenizer.name}); lr {t.learning_rate:g} {t.lr_scheduler}, warmup {warmup_steps}; "
+        f"data {t.dataset} ({inputs.data_format}, {len(inputs.blocks)} {'examples' if t.task == 'seq-cls' else 'blocks'}"
+        f"{f', eval {len(inputs.eval_blocks)}' if inputs.eval_blocks is not None else ''}, "
+        f"{steps_per_epoch:.1f} steps/epoch, "
+        f"tokenizer {inputs.tokenizer.name}); lr {t.learning_rate:g} {t.lr_scheduler}, warmup {warmup_steps}; "
         f"steps {start_step}->{max_steps}; "
         f"keeps {saves.save_summary(t.save, t.save_every, t.save_total_limit, adapters=peft)}"
         f"{_monitor_text(ds_config, output_dir)}"
     )
-    tokens_per_step = world * micro * accum * seq_len
-    step = start_step
-    timed_s, timed_steps = 0.0, 0
-    warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
-    phase = "forward"
-    stopping = 0
-    eval_losses: list[dict[str, float]] = []
-    step_times: list[float] = []  # seconds of each optimizer step of this run (checkpoints and eval excluded)
-    progress = _progress(console, rank, total=max_steps, completed=start_step)
+
+
+@dataclass
+class LoopState:
+    """Where the training loop stands, in optimizer steps; read by the steps after it and, when a rank runs out of
+    memory, for what it records (phase, step)."""
+
+    step: int
+    """Optimizer steps done (counted from 0 over the whole run, a resumed one included)."""
+    losses: list[float]
+    """This rank's loss of every optimizer step so far (restored from the checkpoint on resume)."""
+    phase: str = "forward"
+    """What the rank is doing: forward, backward, step, eval, save or export."""
+    stopping: int = 0
+    """The first SIGINT/SIGTERM any rank got (all-reduced each step); 0 while none."""
+    timed_s: float = 0.0
+    """Seconds of the steps that count for tokens/s (see counts_for_speed)."""
+    timed_steps: int = 0
+    eval_losses: list[dict[str, float]] = field(default_factory=list)
+    """{"step", "loss"} of each evaluation."""
+    step_times: list[float] = field(default_factory=list)
+    """Seconds of each optimizer step of this run (checkpoints and eval excluded)."""
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.stopping)
+
+
+def counts_for_speed(step: int, *, start_step: int, warm: int, max_steps: int) -> bool:
+    """Returns whether optimizer step `step` (1-based) counts for tokens/s: all but the first `warm` steps of this
+    run (throughput.warmup_steps: allocation and compilation), or every step of a run no longer than that."""
+    return step > start_step + warm or max_steps - start_step <= warm
+
+
+def eval_due(step: int, *, max_steps: int, eval_every: int, saving: bool, stopping: bool) -> bool:
+    """Returns whether the run evaluates after optimizer step `step`: at the last step, every `eval_every` steps,
+    or (eval_every 0) where it saves a checkpoint; never while stopping."""
+    return not stopping and (step == max_steps or (step % eval_every == 0 if eval_every else saving))
+
+
+def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequest, state: LoopState, *,
+                inputs: RunInputs, order, ckpt_dir: Path, max_steps: int, warm: int, peft: bool, node_local: bool,
+                resumed_from: Path | None) -> None:  # fmt: skip
+    """Trains from state.step to `max_steps` optimizer steps, or until a rank is asked to stop; records in `state`
+    each step's loss and time, and evaluates and saves where due (_eval_and_save).
+
+    One optimizer step is `accum` micro-steps of forward, engine.backward and engine.step (DeepSpeed steps the
+    optimizer at the accumulation boundary). The next micro-batch is copied to the device while it works."""
+    import torch
+
+    t = plan.training
+    accum = t.gradient_accumulation_steps
+    tokens_per_step = ranks.world_size * t.micro_batch_size * accum * t.seq_len
+    start_step = state.step
+    progress = _progress(console, ranks.rank, total=max_steps, completed=start_step)
     last_micro_step = max_steps * accum - 1
     drawn = 0.0  # perf_counter of the progress display's last draw
 
     def micro_batch(k: int) -> dict[str, Any]:
         # Pinned and copied without waiting: called while the device still works through the previous
         # micro-step, the copy queues behind it instead of stalling the host until the device is idle.
-        return _batch(blocks[order.micro_batch(k)], t.task, engine.device, pin=ranks.on_cuda)
+        return _batch(inputs.blocks[order.micro_batch(k)], t.task, engine.device, pin=ranks.on_cuda)
 
-    try:
-        with progress:
-            task = progress.add_task("train", total=max_steps, completed=start_step, info="")
-            batch = micro_batch(start_step * accum) if step < max_steps else None
-            while step < max_steps:
-                # Reseeding per step keeps any dropout identical across an interruption and resume.
-                torch.manual_seed(t.seed + 1_000_003 * step + rank)
-                step_lr = engine.get_lr()[0]  # the rate this step uses (the scheduler moves on in engine.step)
-                started = time.perf_counter()
-                micro_losses = []
-                for m in range(accum):
-                    k = step * accum + m
-                    phase = "forward"
-                    loss = engine(**batch).loss
-                    phase = "backward"
-                    engine.backward(loss)
-                    phase = "step"
-                    engine.step()
-                    micro_losses.append(loss.detach().float())
-                    # Host work while the device runs the kernels just queued: the next micro-batch.
-                    batch = micro_batch(k + 1) if k < last_micro_step else None
-                if not progress.disable and time.perf_counter() - drawn >= PROGRESS_DRAW_S:
-                    progress.refresh()  # the last step's line, drawn while the device works
-                    drawn = time.perf_counter()
-                step_loss = 0.0
-                for value in torch.stack(micro_losses).tolist():  # the step's one wait for the device
-                    step_loss += value / accum
-                if ranks.on_cuda:
-                    torch.cuda.synchronize()
-                elapsed = time.perf_counter() - started
-                step += 1
-                losses.append(step_loss)
-                step_times.append(elapsed)
-                meter.step_done()
-                if step > start_step + warm or max_steps - start_step <= warm:
-                    timed_s, timed_steps = timed_s + elapsed, timed_steps + 1
-                log_line = bool(t.log_every) and step % t.log_every == 0
-                if log_line or not progress.disable:
-                    tps = tokens_per_step * timed_steps / timed_s if timed_s else tokens_per_step / elapsed
-                    step_s = timed_s / timed_steps if timed_steps else elapsed
-                    info = (f"loss {step_loss:.4f}  lr {step_lr:.2e}  {tps:,.0f} tok/s  "
-                            f"eta {_duration((max_steps - step) * step_s)}  mem {_mem_text(ranks.on_cuda)}")  # fmt: skip
-                    progress.update(task, completed=step, info=info)
-                if log_line:
-                    console.print(f"step {step}/{max_steps}  {info}")
-                _monitor_step(engine, meter, loss=step_loss, lr=step_lr, tokens_per_second=tokens_per_step / elapsed)
-                stopping = ranks.any(stop.signum)
-                saving = saves.checkpoint_due(t.save, step, max_steps, t.save_every, stopping=bool(stopping))
-                if eval_blocks is not None and not stopping and (
-                    step == max_steps or (step % t.eval_every == 0 if t.eval_every else saving)
-                ):
-                    phase = "eval"
-                    meter.enter("eval")
-                    eval_losses.append({"step": step, "loss": evaluate(engine, eval_blocks, ranks, micro)})
-                    meter.enter("train")
-                    _monitor_write(engine, [("Train/Samples/eval_loss", eval_losses[-1]["loss"], engine.global_samples)])
-                    console.print(f"step {step}/{max_steps}  eval loss {eval_losses[-1]['loss']:.4f}")
-                if saving:
-                    phase = "save"
-                    meter.enter("save")
-                    _save(engine, ckpt_dir, step, losses, ranks, world, plan, peft=peft, node_local=node_local,
-                          resumed_from=resumed_from)
-                    meter.enter("train")
-                    console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
-                if stopping:
-                    break
+    with progress:
+        task = progress.add_task("train", total=max_steps, completed=start_step, info="")
+        batch = micro_batch(start_step * accum) if state.step < max_steps else None
+        while state.step < max_steps:
+            step = state.step
+            # Reseeding per step keeps any dropout identical across an interruption and resume.
+            torch.manual_seed(t.seed + 1_000_003 * step + ranks.rank)
+            step_lr = engine.get_lr()[0]  # the rate this step uses (the scheduler moves on in engine.step)
+            started = time.perf_counter()
+            micro_losses = []
+            for m in range(accum):
+                k = step * accum + m
+                state.phase = "forward"
+                loss = engine(**batch).loss
+                state.phase = "backward"
+                engine.backward(loss)
+                state.phase = "step"
+                engine.step()
+                micro_losses.append(loss.detach().float())
+                # Host work while the device runs the kernels just queued: the next micro-batch.
+                batch = micro_batch(k + 1) if k < last_micro_step else None
+            if not progress.disable and time.perf_counter() - drawn >= PROGRESS_DRAW_S:
+                progress.refresh()  # the last step's line, drawn while the device works
+                drawn = time.perf_counter()
+            step_loss = 0.0
+            for value in torch.stack(micro_losses).tolist():  # the step's one wait for the device
+                step_loss += value / accum
+            if ranks.on_cuda:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - started
+            state.step = step = step + 1
+            state.losses.append(step_loss)
+            state.step_times.append(elapsed)
+            meter.step_done()
+            if counts_for_speed(step, start_step=start_step, warm=warm, max_steps=max_steps):
+                state.timed_s, state.timed_steps = state.timed_s + elapsed, state.timed_steps + 1
+            log_line = bool(t.log_every) and step % t.log_every == 0
+            if log_line or not progress.disable:
+                info = _step_info(state, step_loss=step_loss, step_lr=step_lr, elapsed=elapsed,
+                                  tokens_per_step=tokens_per_step, max_steps=max_steps, on_cuda=ranks.on_cuda)  # fmt: skip
+                progress.update(task, completed=step, info=info)
+            if log_line:
+                console.print(f"step {step}/{max_steps}  {info}")
+            _monitor_step(engine, meter, loss=step_loss, lr=step_lr, tokens_per_second=tokens_per_step / elapsed)
+            state.stopping = ranks.any(stop.signum)
+            _eval_and_save(engine, plan, ranks, meter, console, state, eval_blocks=inputs.eval_blocks,
+                           ckpt_dir=ckpt_dir, max_steps=max_steps, peft=peft, node_local=node_local,
+                           resumed_from=resumed_from)  # fmt: skip
+            if state.stopping:
+                break
 
-        interrupted = bool(stopping)  # all-reduced in the loop, so every rank agrees
-        if saves.exports_model(t.save, interrupted=interrupted) and step > start_step:
-            phase = "export"
-            meter.enter("export")
-            if peft:
-                _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
-                if saves.exports_merged_model(t.method, stage):
-                    _export_merged(engine, output_dir / "final", ranks, tokenizer)
-            else:
-                _export(engine, output_dir / "final", ranks, tokenizer, stage)
-    except torch.OutOfMemoryError as error:
-        _leave_out_of_memory(plan, output_dir, rank=rank, phase=phase, step=step + 1, error=error)
-    stats = _rank_stats(rank, ranks.on_cuda, meter)
-    all_stats = ranks.gather(stats)
-    if rank == 0:
-        report = build_run_report(
-            plan,
-            all_stats,
-            losses,
-            tokens_per_step * timed_steps / timed_s if timed_s else None,
-            steps=step,
-            device=_device_name(ranks.on_cuda),
-            status="interrupted" if interrupted else "ok",
-            versions=_versions(),
-        )
-        report["eval_losses"] = eval_losses
-        report["step_times_s"] = step_times
-        report["warmup_steps"] = warm  # steps before these left out of tokens_per_second
-        report["data"] = {"dataset": t.dataset, "format": data_format, "blocks": len(blocks),
-                          "tokenizer": tokenizer.name, "init": plan.model.init, "load_path": source}  # fmt: skip
-        report["nodes"] = plan.hardware.nodes
-        report["checkpoint_storage"] = "node-local" if node_local else "shared"
-        ckpt.write_json_atomic(output_dir / "run_report.json", report)
-        _write_run_page(output_dir, report, console)
-        console.print(report_table(report))
-        phases = phase_table(report)
-        if phases is not None:
-            console.print(phases)
-        if interrupted:
-            console.print(f"zero-run: stopped at step {step}; {saves.after_interruption(t.save, output_dir, adapters=peft)}")
-        _close_monitor(engine)
-    ranks.barrier()
-    if interrupted:
-        return 128 + int(stopping)  # the first signal any rank got
-    return 0
+
+def _step_info(state: LoopState, *, step_loss: float, step_lr: float, elapsed: float, tokens_per_step: int,
+               max_steps: int, on_cuda: bool) -> str:  # fmt: skip
+    """Returns the progress text of the step just done: its loss and learning rate, the run's tokens/s and step time
+    over the steps that count (this step's own before any does), the time left, and the peak memory so far."""
+    timed_s, timed_steps = state.timed_s, state.timed_steps
+    tps = tokens_per_step * timed_steps / timed_s if timed_s else tokens_per_step / elapsed
+    step_s = timed_s / timed_steps if timed_steps else elapsed
+    return (f"loss {step_loss:.4f}  lr {step_lr:.2e}  {tps:,.0f} tok/s  "
+            f"eta {_duration((max_steps - state.step) * step_s)}  mem {_mem_text(on_cuda)}")  # fmt: skip
+
+
+def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, *, eval_blocks,
+                   ckpt_dir: Path, max_steps: int, peft: bool, node_local: bool,
+                   resumed_from: Path | None) -> None:  # fmt: skip
+    """After optimizer step state.step: evaluates where due (eval_due; phase eval), then saves a checkpoint where
+    training.save asks for one (saves.checkpoint_due, a stop included; phase save)."""
+    t = plan.training
+    step = state.step
+    saving = saves.checkpoint_due(t.save, step, max_steps, t.save_every, stopping=bool(state.stopping))
+    if eval_blocks is not None and eval_due(step, max_steps=max_steps, eval_every=t.eval_every, saving=saving,
+                                            stopping=bool(state.stopping)):  # fmt: skip
+        state.phase = "eval"
+        meter.enter("eval")
+        state.eval_losses.append({"step": step, "loss": evaluate(engine, eval_blocks, ranks, t.micro_batch_size)})
+        meter.enter("train")
+        _monitor_write(engine, [("Train/Samples/eval_loss", state.eval_losses[-1]["loss"], engine.global_samples)])
+        console.print(f"step {step}/{max_steps}  eval loss {state.eval_losses[-1]['loss']:.4f}")
+    if saving:
+        state.phase = "save"
+        meter.enter("save")
+        _save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft, node_local=node_local,
+              resumed_from=resumed_from)
+        meter.enter("train")
+        console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
+
+
+def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer, *, stage: int, peft: bool) -> None:
+    """Writes the final model: with adapters the peft adapter folder (final-adapter/) and, where the base can be
+    merged (saves.exports_merged_model), the merged model (final/); otherwise the consolidated model (final/)."""
+    if peft:
+        _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
+        if saves.exports_merged_model(plan.training.method, stage):
+            _export_merged(engine, output_dir / "final", ranks, tokenizer)
+    else:
+        _export(engine, output_dir / "final", ranks, tokenizer, stage)
+
+
+def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, inputs: RunInputs, *,
+            output_dir: Path, warm: int, peft: bool, node_local: bool) -> None:  # fmt: skip
+    """Gathers every rank's measured peaks; rank 0 writes run_report.json and its page, prints the tables (and how
+    to continue after an interruption), and closes the monitor."""
+    all_stats = ranks.gather(_rank_stats(ranks.rank, ranks.on_cuda, meter))
+    if ranks.rank != 0:
+        return
+    report = run_report(plan, all_stats, state, inputs, warm=warm, node_local=node_local,
+                        device=_device_name(ranks.on_cuda), versions=_versions())  # fmt: skip
+    ckpt.write_json_atomic(output_dir / "run_report.json", report)
+    _write_run_page(output_dir, report, console)
+    from zero_planner.run.report import phase_table, report_table
+
+    console.print(report_table(report))
+    phases = phase_table(report)
+    if phases is not None:
+        console.print(phases)
+    if state.interrupted:
+        after = saves.after_interruption(plan.training.save, output_dir, adapters=peft)
+        console.print(f"zero-run: stopped at step {state.step}; {after}")
+    _close_monitor(engine)
+
+
+def run_report(plan: Plan, all_stats: list[dict[str, Any]], state: LoopState, inputs: RunInputs, *, warm: int,
+               node_local: bool, device: str, versions: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """Returns run_report.json's content: report.build_run_report of every rank's stats and rank 0's losses, with
+    tokens/s over the steps that count (None when none did), plus the eval losses, step times, data and storage."""
+    from zero_planner.run.report import build_run_report
+
+    t = plan.training
+    tokens_per_step = plan.hardware.world_size * t.micro_batch_size * t.gradient_accumulation_steps * t.seq_len
+    report = build_run_report(
+        plan,
+        all_stats,
+        state.losses,
+        tokens_per_step * state.timed_steps / state.timed_s if state.timed_s else None,
+        steps=state.step,
+        device=device,
+        status="interrupted" if state.interrupted else "ok",
+        versions=versions,
+    )
+    report["eval_losses"] = state.eval_losses
+    report["step_times_s"] = state.step_times
+    report["warmup_steps"] = warm  # steps before these left out of tokens_per_second
+    report["data"] = {"dataset": t.dataset, "format": inputs.data_format, "blocks": len(inputs.blocks),
+                      "tokenizer": inputs.tokenizer.name, "init": plan.model.init, "load_path": inputs.source}  # fmt: skip
+    report["nodes"] = plan.hardware.nodes
+    report["checkpoint_storage"] = "node-local" if node_local else "shared"
+    return report
 
 
 def _leave_out_of_memory(plan: Plan, output_dir: Path, *, rank: int, phase: str, step: int, error: BaseException) -> None:
