@@ -973,7 +973,7 @@ def export_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, resi
     if strategy.stage == 3 and not adapters:
         largest_part = w * -(-spec.largest_tensor_numel // workload.world_size)
         export += w * spec.largest_tensor_numel + (largest_part if strategy.offload_param != "none" else 0)
-    elif workload.method == "lora" and strategy.stage < 3:  # QLoRA's 4-bit base is not merged (checkpoint.py)
+    elif workload.method == "lora" and strategy.stage < 3:  # QLoRA's 4-bit base is not merged (saves.py)
         export += 2 * w * _linear(spec)["largest_numel"]
     return export
 
