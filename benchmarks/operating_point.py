@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cases import case, expand_case, model_config  # noqa: E402
+from benchmarks.cases import append_cases, case, expand_case, model_config  # noqa: E402
 from zero_planner.hardware import parse_gpus, parse_size  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
 from zero_planner.plan.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, GiB  # noqa: E402
@@ -146,16 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = [(m, int(s)) for m, s in (item.rsplit(":", 1) for item in args.settings.split(","))]
     capacity = parse_size(args.capacity) if args.capacity else None
     roles = tuple(args.roles.split(","))
-    cases = []
-    for model, seq in settings:
-        found = operating_cases(model, seq, gpu=args.gpu, capacity=capacity, host=parse_size(args.host),
-                                roles=roles, chosen_only=args.chosen_only)  # fmt: skip
-        print(f"{model} s{seq}: {len(found)} cases", file=sys.stderr)
-        cases += found
-    with args.out.open("a") as out:
-        for c in cases:
-            out.write(json.dumps(c) + "\n")
-    print(f"{len(cases)} cases -> {args.out}", file=sys.stderr)
+    append_cases(args.out, ((f"{model} s{seq}", operating_cases(model, seq, gpu=args.gpu, capacity=capacity,
+                                                                   host=parse_size(args.host), roles=roles,
+                                                                   chosen_only=args.chosen_only))
+                            for model, seq in settings))  # fmt: skip
     return 0
 
 

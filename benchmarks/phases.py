@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cases import append_cases  # noqa: E402
 from zero_planner.hardware import parse_gpus  # noqa: E402
 from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
 from zero_planner.plan.saves import run_disk_bytes  # noqa: E402
@@ -190,15 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSONL the cases are appended to")
     parser.add_argument("--harness-gpu", default="H100", choices=sorted(HARNESS_GPU_BYTES))
     args = parser.parse_args(argv)
-    cases = []
-    for text in args.settings:
-        found = setting_cases(parse_setting(text), harness_gpu=args.harness_gpu)
-        print(f"{text}: {len(found)} cases", file=sys.stderr)
-        cases += found
-    with args.out.open("a") as out:
-        for c in cases:
-            out.write(json.dumps(c) + "\n")
-    print(f"{len(cases)} cases -> {args.out}", file=sys.stderr)
+    append_cases(args.out, ((text, setting_cases(parse_setting(text), harness_gpu=args.harness_gpu))
+                            for text in args.settings))  # fmt: skip
     return 0
 
 

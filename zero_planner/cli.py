@@ -73,6 +73,12 @@ def _choice(choices: Sequence[str]):
     return parse
 
 
+def _choice_option(parser: argparse.ArgumentParser, flag: str, choices: Sequence[str], *, default: str,
+                   help: str | None = None) -> None:  # fmt: skip
+    """Adds `flag`, one of `choices` (read as _choice reads it), shown in --help as {a,b,c}."""
+    parser.add_argument(flag, type=_choice(choices), default=default, metavar="{" + ",".join(choices) + "}", help=help)
+
+
 def _choices(choices: Sequence[str]):
     """argparse type of a comma list of `choices` (each checked as _choice does); with action="extend", a
     repeated flag adds to the list."""
@@ -149,33 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="force gradient checkpointing on or off (default: the planner tries both)",
     )
-    parser.add_argument(
-        "--precision",
-        type=_choice(PRECISION_CHOICES),
-        default="auto",
-        metavar="{" + ",".join(PRECISION_CHOICES) + "}",
-        help="auto: bf16 where the GPU has it, fp16 on T4/V100/P100, fp32 for cpu:N",
-    )
-    parser.add_argument(
-        "--stage",
-        type=_choice(STAGE_CHOICES),
-        default="auto",
-        metavar="{" + ",".join(STAGE_CHOICES) + "}",
-        help="ZeRO strategy (default auto: all seven)",
-    )
+    _choice_option(parser, "--precision", PRECISION_CHOICES, default="auto",
+                   help="auto: bf16 where the GPU has it, fp16 on T4/V100/P100, fp32 for cpu:N")  # fmt: skip
+    _choice_option(parser, "--stage", STAGE_CHOICES, default="auto", help="ZeRO strategy (default auto: all seven)")
     parser.add_argument(
         "--cpu-mem",
         default=None,
         metavar="SIZE",
         help="host memory per node available for offload, e.g. 29GiB (default: detected or assumed)",
     )
-    parser.add_argument(
-        "--method",
-        type=_choice(METHOD_CHOICES),
-        default="full",
-        metavar="{" + ",".join(METHOD_CHOICES) + "}",
-        help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits",
-    )
+    _choice_option(parser, "--method", METHOD_CHOICES, default="full",
+                   help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits")  # fmt: skip
     parser.add_argument("--lora-r", type=positive_int, default=16, metavar="R", help="LoRA rank (default 16)")
     parser.add_argument("--lora-alpha", type=positive_int, default=32, metavar="A", help="LoRA alpha (default 32)")
     parser.add_argument("--lora-dropout", type=_dropout, default=0.05, metavar="P", help="LoRA dropout (default 0.05)")
@@ -188,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--num-labels", type=positive_int, default=2, metavar="N", help="seq-cls: classes of the head (default 2)"
     )
-    parser.add_argument("--task", type=_choice(TASK_CHOICES), default="causal-lm", metavar="{causal-lm,seq-cls}")
+    _choice_option(parser, "--task", TASK_CHOICES, default="causal-lm")
     parser.add_argument(
         "--ds-config",
         default=None,

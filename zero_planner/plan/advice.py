@@ -42,6 +42,14 @@ def _ckpt_text(ckpt: bool) -> str:
     return "with gradient checkpointing" if ckpt else "without checkpointing"
 
 
+def _fit_text(fit: tuple[Strategy, bool, MemoryEstimate], *, host: bool = False) -> str:
+    """Returns how a _first_fit answer fits: its stage and checkpointing at micro-batch 1, with the GiB per GPU (and
+    per host node)."""
+    strategy, ckpt, memory = fit
+    host_text = f", {_gib(memory.cpu_total_bytes)} host per node" if host else ""
+    return f"stage {strategy.name} {_ckpt_text(ckpt)} at micro-batch 1 ({_gib(memory.total_bytes)} per GPU{host_text})"
+
+
 def _layouts(cluster: Cluster):
     """Yields larger clusters of the same GPU type: one node up to max(8, GPUs per node), then whole nodes."""
     per_node_max = max(8, cluster.gpus_per_node)
@@ -131,11 +139,8 @@ def advice(
             found = (bigger, fit)
             break
     if found:
-        bigger, (s, c, m) = found
-        lines.append(
-            f"more GPUs: --gpus {_gpus_text(bigger)} fits with stage {s.name} {_ckpt_text(c)} at micro-batch 1 "
-            f"({_gib(m.total_bytes)} per GPU, {_gib(m.cpu_total_bytes)} host per node)"
-        )
+        bigger, fit = found
+        lines.append(f"more GPUs: --gpus {_gpus_text(bigger)} fits with {_fit_text(fit, host=True)}")
     elif not cluster.is_cpu:
         lines.append(
             f"more GPUs: no count of {cluster.gpu.name} up to {MAX_WORLD_SIZE_SEARCHED} fits at --seq-len {ev.seq_len}"
@@ -147,10 +152,7 @@ def advice(
         short_ev = ev.like(seq_len=seq)
         fit = _first_fit(short_ev, every, both)
         if fit:
-            lines.append(
-                f"a shorter sequence: --seq-len {seq} fits with stage {fit[0].name} {_ckpt_text(fit[1])} at "
-                f"micro-batch 1 ({_gib(fit[2].total_bytes)} per GPU)"
-            )
+            lines.append(f"a shorter sequence: --seq-len {seq} fits with {_fit_text(fit)}")
             break
         seq //= 2
     else:
@@ -162,11 +164,9 @@ def advice(
             adapter_ev = ev.like(method=method)
             fit = _first_fit(adapter_ev, every, both)
             if fit:
-                fitting.append(
-                    f"--method {method} (r={adapter_ev.lora.r}: {trainable_params(spec, adapter_ev.workload(False, 1)) / 1e6:.1f}M "
-                    f"trainable parameters) fits with stage {fit[0].name} {_ckpt_text(fit[1])} at micro-batch 1 "
-                    f"({_gib(fit[2].total_bytes)} per GPU)"
-                )
+                trainable = trainable_params(spec, adapter_ev.workload(False, 1))
+                fitting.append(f"--method {method} (r={adapter_ev.lora.r}: {trainable / 1e6:.1f}M trainable parameters) "
+                               f"fits with {_fit_text(fit)}")  # fmt: skip
         if fitting:
             lines += fitting
             lines.append("--method auto plans both and takes the faster that fits")
