@@ -4,10 +4,12 @@ into the full, self-contained record (model config and DeepSpeed JSON inline) th
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from zero_planner.dsconfig import build_ds_config
+from zero_planner.plan.dsconfig import build_ds_config
 from zero_planner.strategies import STRATEGIES
 
 CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
@@ -36,6 +38,20 @@ def case(model, strategy, *, mb=2, seq=1024, gc=False, gpus=1, precision="bf16",
     if task != "causal-lm":
         c.update(task=task, num_labels=num_labels)
     return c
+
+
+def append_cases(path: Path, batches: Iterable[tuple[str, list[dict]]]) -> int:
+    """Appends every case of `batches` ((label, cases) each, made as they are read) to the JSONL file `path`, one
+    case a line, saying on stderr how many each label gave and where they went; returns the number of cases."""
+    cases = []
+    for label, found in batches:
+        print(f"{label}: {len(found)} cases", file=sys.stderr)
+        cases += found
+    with path.open("a") as out:
+        for c in cases:
+            out.write(json.dumps(c) + "\n")
+    print(f"{len(cases)} cases -> {path}", file=sys.stderr)
+    return len(cases)
 
 
 def case_id(c: dict) -> str:

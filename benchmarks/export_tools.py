@@ -329,7 +329,7 @@ def plan_cases(workdir: Path) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from zero_planner.cli import main
     from zero_planner.hardware import parse_gpus
-    from zero_planner.plan import load_plan
+    from zero_planner.planfile import load_plan
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cases = []

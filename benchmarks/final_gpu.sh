@@ -22,5 +22,5 @@ echo "exit $? after $(( $(date +%s) - start )) s" >> $R/run.log
 { ls -la $R/run $R/run/final 2>&1; du -sh $R/run/final 2>&1; df -h /tmp; } > $R/files.txt
 tail -c 20000 $R/run.log > $R/run-tail.log; rm -f $R/run.log
 tar -czf $OUT/ft7b.tgz -C $R plan.json plan.txt run-tail.log files.txt $(cd $R && ls run/run_report.json run/run_report.html 2>/dev/null) \
-  $(cd $R && find run -path '*tensorboard*' -type f 2>/dev/null | head -20)
+  $(cd $R && find run -name 'events.out.tfevents*' -type f 2>/dev/null | head -20)  # DeepSpeed writes them to run/logs/zero-run/
 tail -5 $OUT/harness.log; tail -3 $R/run-tail.log; cat $R/files.txt | head -20

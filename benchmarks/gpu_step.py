@@ -33,11 +33,12 @@ def main() -> None:
     case = json.loads(Path(args.case).read_text())
     started = time.time()
 
-    import torch
     import deepspeed
+    import torch
     from deepspeed.accelerator import get_accelerator
 
-    from zero_planner.modeling import _auto_class, hf_config
+    from zero_planner.models.hf import hf_config
+    from zero_planner.run.modeling import _auto_class
 
     # The model's module too (transformers imports it lazily): all before the GPU is touched.
     _auto_class(case.get("task", "causal-lm"))._model_mapping[type(hf_config(dict(case["model_config"])))]
@@ -193,7 +194,7 @@ def main() -> None:
         record["end"] = device_stats()
     record["host_rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.write_text(json.dumps(record))
-    from zero_planner.train import release_shm_buffer  # CPU runs only: DeepSpeed leaks it otherwise
+    from zero_planner.run.train import release_shm_buffer  # CPU runs only: DeepSpeed leaks it otherwise
 
     release_shm_buffer()
     # Ranks that hit OOM may leave collectives hanging in their peers; leave at once.
@@ -212,7 +213,7 @@ def random_base(config: dict, precision: str, task: str, attn: str, device: str)
 
     import torch
 
-    from zero_planner.modeling import build_model, save_random_base
+    from zero_planner.run.modeling import build_model, save_random_base
 
     key = hashlib.sha256(json.dumps([config, precision, task, attn], sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"zp-random-base-{key}"
@@ -234,7 +235,7 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
     all-linear adapters for lora/qlora, in training mode."""
     import torch
 
-    from zero_planner.modeling import attn_implementation_for, build_training_model
+    from zero_planner.run.modeling import attn_implementation_for, build_training_model
 
     method, task = case.get("method", "full"), case.get("task", "causal-lm")
     num_labels = case.get("num_labels") if task == "seq-cls" else None

@@ -33,7 +33,7 @@ CHAT_TEMPLATE = (
 
 
 def documents(n: int, seed: int) -> list[str]:
-    from zero_planner.data import synthetic_texts
+    from zero_planner.run.data import synthetic_texts
 
     return synthetic_texts(n, seed=seed)
 

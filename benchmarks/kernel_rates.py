@@ -2,13 +2,13 @@
 
     python benchmarks/kernel_rates.py --out $OUT/kernels.json      (~1-2 minutes on an H100)
 
-Measures, each against what zero_planner/throughput.py predicts with the committed constants:
+Measures, each against what zero_planner/plan/throughput.py predicts with the committed constants:
   - dense bf16 GEMMs (torch.mm) of transformer shapes: the matmul roofline of throughput.gemms;
   - grouped bf16 GEMMs as transformers' MoE experts run them (torch grouped_mm over E experts of m tokens each,
     forward and forward + backward through autograd), from 8 experts x 2,048 tokens down to 128 x 64: the ratio
     measured/roofline is the grouped GEMM's own rate (Calibration.grouped_gemm_fraction, the median over the
     shapes the roofline calls FLOP-bound), and the memory-bound shapes check the roofline itself;
-  - this host's DeepSpeed CPU Adam rate (zero_planner/host_rates.py, the figure zero-plan --gpus auto measures).
+  - this host's DeepSpeed CPU Adam rate (zero_planner/plan/host_rates.py, the figure zero-plan --gpus auto measures).
 Writes one JSON with the GPU, versions, every shape's time and the summary figures; `python
 benchmarks/throughput_fit.py --kernels FILE --write` takes grouped_gemm_fraction from it.
 """
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zero_planner.hardware import find_gpu  # noqa: E402
-from zero_planner.throughput import load_calibration, matmul_flops_per_s, memory_bytes_per_s  # noqa: E402
+from zero_planner.plan.throughput import load_calibration, matmul_flops_per_s, memory_bytes_per_s  # noqa: E402
 
 DENSE = [(16384, 2048, 8192), (16384, 8192, 2048), (16384, 2048, 512), (16384, 896, 128), (4096, 4096, 14336),
          (2048, 4096, 4096), (512, 4096, 4096), (16384, 1024, 50257)]  # fmt: skip
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_cpu_adam:
         from dataclasses import asdict
 
-        from zero_planner.host_rates import measure_in_child
+        from zero_planner.plan.host_rates import measure_in_child
 
         rate_host = measure_in_child()
         result["cpu_adam"] = asdict(rate_host) if rate_host else None

@@ -23,9 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner.fit import gpu_limit_bytes  # noqa: E402
-from zero_planner.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, GiB, Workload, ZeroBuffers, estimate_memory, trainable_params  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
+from zero_planner.plan.fit import gpu_limit_bytes  # noqa: E402
+from zero_planner.plan.memory import (  # noqa: E402
+    ALLOC_CONF,
+    CUDA_CONTEXT_BYTES,
+    GiB,
+    Workload,
+    ZeroBuffers,
+    estimate_memory,
+    trainable_params,
+)
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -146,7 +154,7 @@ def zero_run_host_check() -> list[str]:
     save and the final export included).
     """
     from zero_planner.models.spec import load_model_spec
-    from zero_planner.plan import load_plan
+    from zero_planner.planfile import load_plan
 
     failures = []
     reports = sorted((ROOT / "benchmarks" / "zero_run").glob("*host-phases*[0-9].json"))

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zero_planner.models.spec import spec_from_config  # noqa: E402
-from zero_planner.throughput import _KV_CACHE_BYTES, BACKWARD_TRAFFIC_RATIO, moe_layer_bytes, shared_expert_bytes  # noqa: E402
+from zero_planner.plan.throughput import _KV_CACHE_BYTES, BACKWARD_TRAFFIC_RATIO, moe_layer_bytes, shared_expert_bytes  # noqa: E402
 
 CONFIGS = [
     ("mixtral-32e-top8", "benchmarks/model_configs/mixtral-32e-top8.json", {}),

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cases import case, expand_case, model_config  # noqa: E402
+from benchmarks.cases import append_cases, case, expand_case, model_config  # noqa: E402
 from zero_planner.hardware import parse_gpus, parse_size  # noqa: E402
-from zero_planner.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, GiB  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
-from zero_planner.planner import plan  # noqa: E402
+from zero_planner.plan.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.search import plan  # noqa: E402
 
 # Ten architectures, two sequence lengths each: 128k (Llama), 152k (Qwen2.5, Qwen3) and 256k (Gemma 2)
 # vocabularies, fused projections (Phi-3), mixture of experts (Mixtral), learned positions (GPT-2).
@@ -80,10 +80,10 @@ CAPACITY_USE_TARGET = 0.90
 
 def _memory(result, option, micro: int) -> int:
     """Returns the predicted total of `option` at another micro-batch, by the planner's own evaluator."""
-    from zero_planner.planner import _Evaluator
+    from zero_planner.plan.options import Evaluator
 
-    ev = _Evaluator(result.spec, result.cluster, seq_len=result.seq_len, precision=result.precision, method="full",
-                    task="causal-lm")  # fmt: skip
+    ev = Evaluator(result.spec, result.cluster, seq_len=result.seq_len, precision=result.precision, method="full",
+                   task="causal-lm")  # fmt: skip
     return ev.memory(option.strategy, option.gradient_checkpointing, micro).total_bytes
 
 
@@ -92,8 +92,8 @@ def capacity_use(settings=SETTINGS, *, gpu: str = "H100", host: int = 120 * 2**3
     where the safety margin alone cost a micro-batch (the next one fits the full GPU) and less than
     CAPACITY_USE_TARGET of the GPU is used. Below the target for granularity alone (one more sequence needs
     more than the GPU has left, as at 1-2 long sequences) is reported, not counted."""
-    from zero_planner.fit import gpu_limit_bytes
-    from zero_planner.planner import MAX_MICRO_BATCH
+    from zero_planner.plan.fit import gpu_limit_bytes
+    from zero_planner.plan.search import MAX_MICRO_BATCH
 
     short = 0
     cluster = parse_gpus(f"1x{gpu}", host)
@@ -146,16 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = [(m, int(s)) for m, s in (item.rsplit(":", 1) for item in args.settings.split(","))]
     capacity = parse_size(args.capacity) if args.capacity else None
     roles = tuple(args.roles.split(","))
-    cases = []
-    for model, seq in settings:
-        found = operating_cases(model, seq, gpu=args.gpu, capacity=capacity, host=parse_size(args.host),
-                                roles=roles, chosen_only=args.chosen_only)  # fmt: skip
-        print(f"{model} s{seq}: {len(found)} cases", file=sys.stderr)
-        cases += found
-    with args.out.open("a") as out:
-        for c in cases:
-            out.write(json.dumps(c) + "\n")
-    print(f"{len(cases)} cases -> {args.out}", file=sys.stderr)
+    append_cases(args.out, ((f"{model} s{seq}", operating_cases(model, seq, gpu=args.gpu, capacity=capacity,
+                                                                   host=parse_size(args.host), roles=roles,
+                                                                   chosen_only=args.chosen_only))
+                            for model, seq in settings))  # fmt: skip
     return 0
 
 
@@ -173,7 +167,8 @@ def user_config_cases(model: str, seq_len: int, *, gpu: str, host: int, gc: bool
                       roles: tuple[str, ...] = ("pick",), names: list[str] | None = None) -> list[dict]:
     """Returns cases for DeepSpeed JSONs as users have them (benchmarks/user_configs), each at the largest
     micro-batch `--ds-config` says fits (no margin) and optionally one above."""
-    from zero_planner.planner import MAX_MICRO_BATCH, estimate_config
+    from zero_planner.plan.search import MAX_MICRO_BATCH
+    from zero_planner.plan.userconfig import estimate_config
 
     cluster = parse_gpus(f"1x{gpu}", host)
     spec = spec_from_config(model_config(model), model)

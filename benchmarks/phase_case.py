@@ -3,7 +3,7 @@
 The case (benchmarks/phases.py writes them) holds a plan file's content. This runs, as a user would:
     zero-run PLAN --output-dir DIR --max-steps N            load, initialize, N steps, eval, save, export
     zero-run PLAN --output-dir DIR --max-steps N+1 --resume  load, initialize, resume, one step, eval, save, export
-with ZERO_RUN_MEMORY_LIMIT_BYTES set where the case emulates a smaller GPU (zero_planner/meter.py), and writes
+with ZERO_RUN_MEMORY_LIMIT_BYTES set where the case emulates a smaller GPU (zero_planner/run/meter.py), and writes
 OUT_DIR/rank0.json: the status (ok, or oom with the phase that ran out, from zero-run's oom_rank*.json), both
 runs' per-phase peaks of the busiest rank (run_report.json ranks[].phases), step times and the exit codes.
 The output folder is removed afterwards (checkpoints of several cases would not fit a lent machine's disk).

@@ -104,7 +104,7 @@ def main() -> None:
     import deepspeed
     import torch
 
-    from zero_planner.modeling import build_training_model
+    from zero_planner.run.modeling import build_training_model
 
     deepspeed.init_distributed()
     torch.cuda.set_device(0)
@@ -135,8 +135,8 @@ def main() -> None:
     engine.save_checkpoint(str(work / "ckpt"), tag="step1", exclude_frozen_parameters=method != "full")
     census.stop("save")
     if method == "full":
-        from zero_planner.tokenizer import ByteTokenizer
-        from zero_planner.train import _write_hf_folder
+        from zero_planner.run.tokenizer import ByteTokenizer
+        from zero_planner.run.train import _write_hf_folder
 
         census.start()
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
@@ -144,7 +144,7 @@ def main() -> None:
         _write_hf_folder(engine.module, state, work / "final", ByteTokenizer(vocab))
         census.stop("export")
     Path(args.out).write_text(json.dumps({"case": case.get("name"), "phases": census.results}, indent=1))
-    from zero_planner.train import release_shm_buffer
+    from zero_planner.run.train import release_shm_buffer
 
     release_shm_buffer()
     os._exit(0)

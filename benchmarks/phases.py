@@ -29,9 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner.checkpoint import run_disk_bytes  # noqa: E402
+from benchmarks.cases import append_cases  # noqa: E402
 from zero_planner.hardware import parse_gpus  # noqa: E402
-from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.saves import run_disk_bytes  # noqa: E402
 
 CONFIGS = ROOT / "benchmarks" / "model_configs"
 HARNESS_GPU_BYTES = {"H100": 85_017_493_504, "H200": 150_754_820_096}  # torch's total_memory on the lent GPUs
@@ -157,7 +158,7 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
                           adapters=adapters, merged_export=adapters and plan["strategy"]["stage"] < 3,
                           checkpoints=t.get("save_every", 25) > 0)  # fmt: skip
     if method == "qlora" and plan["model"].get("init") == "random":
-        disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (launch.preflight)
+        disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (run/preflight.py)
     case = {
         "kind": "zero-run",
         "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|{tag}",
@@ -190,15 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSONL the cases are appended to")
     parser.add_argument("--harness-gpu", default="H100", choices=sorted(HARNESS_GPU_BYTES))
     args = parser.parse_args(argv)
-    cases = []
-    for text in args.settings:
-        found = setting_cases(parse_setting(text), harness_gpu=args.harness_gpu)
-        print(f"{text}: {len(found)} cases", file=sys.stderr)
-        cases += found
-    with args.out.open("a") as out:
-        for c in cases:
-            out.write(json.dumps(c) + "\n")
-    print(f"{len(cases)} cases -> {args.out}", file=sys.stderr)
+    append_cases(args.out, ((text, setting_cases(parse_setting(text), harness_gpu=args.harness_gpu))
+                            for text in args.settings))  # fmt: skip
     return 0
 
 

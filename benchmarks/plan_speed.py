@@ -100,8 +100,9 @@ def in_process(gpus_specs: list[str]) -> list[tuple[float, str, str]]:
     """Returns (seconds, model, gpus) of planning every catalog model on every --gpus, in this process."""
     sys.path.insert(0, str(ROOT))
     from zero_planner.hardware import parse_gpus
-    from zero_planner.models.spec import list_catalog, load_model_spec
-    from zero_planner.planner import plan
+    from zero_planner.models.catalog import list_catalog
+    from zero_planner.models.spec import load_model_spec
+    from zero_planner.plan.search import plan
 
     times = []
     for name in list_catalog():

@@ -31,7 +31,7 @@ def saved_bytes_cuda(config: dict, layers: int, seq: int, dtype: str, attn: str,
     import torch
     from transformers import AutoModelForCausalLM
 
-    from zero_planner.modeling import hf_config
+    from zero_planner.models.hf import hf_config
 
     values = dict(config)
     values["n_layer" if "n_layer" in values else "num_hidden_layers"] = layers

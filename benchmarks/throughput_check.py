@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.memory_regression import load_cases, workload_of  # noqa: E402
 from zero_planner.hardware import GPU, find_gpu  # noqa: E402
-from zero_planner.memory import Workload  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
-from zero_planner.planner import pick_fastest  # noqa: E402
+from zero_planner.plan.memory import Workload  # noqa: E402
+from zero_planner.plan.search import pick_fastest  # noqa: E402
+from zero_planner.plan.throughput import estimate_step_time, training_flops, warmup_steps  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
-from zero_planner.throughput import estimate_step_time, training_flops, warmup_steps  # noqa: E402
 
 PLANNER_ROLES = ("pick", "rerun-xs")
 """Operating-point rows that are candidates the planner itself proposed (`next` is one micro-batch past its
@@ -230,7 +230,7 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
 
 def check_stated(computed: dict) -> bool:
     """Prints and returns whether the errors stored in catalog/step_time.json match the computed ones."""
-    from zero_planner.throughput import load_calibration
+    from zero_planner.plan.throughput import load_calibration
 
     cal = load_calibration()
     stored = {"out_of_family_median": cal.median_error, "out_of_family_max": cal.max_error,

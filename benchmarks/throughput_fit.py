@@ -2,7 +2,7 @@
 
     python benchmarks/throughput_fit.py [--min-tokens 4096] [--write]
 
-What it fits (zero_planner/throughput.py, Calibration, explains each term), in this order, each step on its own
+What it fits (zero_planner/plan/throughput.py, Calibration, explains each term), in this order, each step on its own
 cases of the reference GPU (H100):
   1. stages 0-2 without offload: the achieved matmul and HBM fractions of peak (a grid: matmul up to
      throughput.MAX_MATMUL_FRACTION, HBM up to 1; each GEMM runs at its roofline, so the two do not enter
@@ -36,9 +36,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner import throughput  # noqa: E402
+from zero_planner.plan import throughput  # noqa: E402
+from zero_planner.plan.throughput import Calibration, load_calibration  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
-from zero_planner.throughput import Calibration, load_calibration  # noqa: E402
 
 STEP_TIME_JSON = ROOT / "zero_planner" / throughput.STEP_TIME_FILE
 

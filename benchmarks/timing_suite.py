@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cases import case, expand_case, model_config  # noqa: E402
 from benchmarks.operating_point import operating_cases  # noqa: E402
 from zero_planner.hardware import parse_gpus  # noqa: E402
-from zero_planner.memory import ALLOC_CONF, GiB, Workload  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
+from zero_planner.plan.memory import ALLOC_CONF, GiB, Workload  # noqa: E402
+from zero_planner.plan.throughput import estimate_step_time  # noqa: E402
 from zero_planner.strategies import STRATEGIES  # noqa: E402
-from zero_planner.throughput import estimate_step_time  # noqa: E402
 
 SUITES_DIR = ROOT / "benchmarks" / "suites"
 STEPS = 7

@@ -68,9 +68,9 @@ def prepared(plan):
     import torch
     import torch.distributed as dist
 
-    from zero_planner.data import BlockOrder, load_lm_splits
-    from zero_planner.modeling import build_training_model
-    from zero_planner.tokenizer import load_tokenizer
+    from zero_planner.run.data import BlockOrder, load_lm_splits
+    from zero_planner.run.modeling import build_training_model
+    from zero_planner.run.tokenizer import load_tokenizer
 
     deepspeed.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -97,7 +97,7 @@ def run_deepspeed(plan, result_path: str) -> None:
     import deepspeed
     import torch
 
-    from zero_planner.train import lr_scheduler_factory, warmup_steps_for
+    from zero_planner.run.train import lr_scheduler_factory, warmup_steps_for
 
     model, rows, tokens_per_step, rank, on_cuda = prepared(plan)
     t = plan.training
@@ -131,8 +131,8 @@ def run_trainer(plan, result_path: str) -> None:
     from torch.utils.data import SequentialSampler
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from zero_planner.export import hf_trainer_args
-    from zero_planner.train import SCHEDULER_NAMES, warmup_steps_for
+    from zero_planner.plan.export import hf_trainer_args
+    from zero_planner.run.train import SCHEDULER_NAMES, warmup_steps_for
 
     model, rows, tokens_per_step, rank, on_cuda = prepared(plan)
     t = plan.training
@@ -188,7 +188,7 @@ def write_result(path: str, rank: int, losses: list[float], times: list[float], 
 
 
 def launch(plan_path: Path, role: str, result: Path, world: int, env: dict) -> int:
-    from zero_planner.launch import free_port
+    from zero_planner.run.launcher import free_port
 
     argv = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(world), "--master_port",
             str(free_port()), str(Path(__file__).resolve()), "--role", role, "--plan", str(plan_path), "--result",
@@ -223,18 +223,18 @@ def max_relative_difference(a: list[float], b: list[float]) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.role:
-        from zero_planner.plan import load_plan
+        from zero_planner.planfile import load_plan
 
         plan = load_plan(args.plan)
         (run_deepspeed if args.role == "deepspeed" else run_trainer)(plan, args.result)
-        from zero_planner.train import _exit_cleanly
+        from zero_planner.run.train import _exit_cleanly
 
         _exit_cleanly(0)  # as zero-run leaves: no C++ static teardown of the backend's threads
 
     from zero_planner import cli
     from zero_planner.launch import main as zero_run
-    from zero_planner.memory import ALLOC_CONF
-    from zero_planner.plan import load_plan
+    from zero_planner.plan.memory import ALLOC_CONF
+    from zero_planner.planfile import load_plan
 
     work = Path(args.work_dir) if args.work_dir else Path(os.environ.get("TMPDIR", "/tmp")) / f"zrvt-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the runs (b) and (c) get what zero-run gives its ranks: an arch list DeepSpeed can parse
         import torch
 
-        from zero_planner.launch import fix_cuda_arch_list
+        from zero_planner.run.preflight import fix_cuda_arch_list
 
         caps = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
         arch, note = fix_cuda_arch_list(env.get("TORCH_CUDA_ARCH_LIST"), caps)

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zero_planner.dsdefaults import CATALOG, read_installed_defaults  # noqa: E402
+from zero_planner.plan.dsdefaults import CATALOG, read_installed_defaults  # noqa: E402
 
 
 def main() -> int:

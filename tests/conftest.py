@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zero_planner.dsconfig import build_ds_config
-from zero_planner.plan import Plan, save_plan
+from zero_planner.plan.dsconfig import build_ds_config
+from zero_planner.planfile import Plan, save_plan
 from zero_planner.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]

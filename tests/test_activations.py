@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zero_planner.models.activations import closed_form_coefficients, traced_coefficients
-from zero_planner.models.spec import catalog_entry
+from zero_planner.models.catalog import catalog_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,8 +72,8 @@ def test_lora_trace_counts_adapter_tensors_by_hand(llama1b_lora):
 
 
 def test_adapter_activations_use_the_lora_trace(llama1b_lora):
-    from zero_planner.memory import Workload, activation_bytes
     from zero_planner.models.spec import spec_from_config
+    from zero_planner.plan.memory import Workload, activation_bytes
 
     config, _ = llama1b_lora
     spec = spec_from_config(config, "llama3.2-1b")

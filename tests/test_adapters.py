@@ -7,8 +7,8 @@ import json
 import pytest
 
 from zero_planner.cli import main
-from zero_planner.memory import NF4_BYTES_PER_PARAM, Workload, estimate_memory, trainable_params, weight_bytes
 from zero_planner.models.spec import load_model_spec
+from zero_planner.plan.memory import NF4_BYTES_PER_PARAM, Workload, estimate_memory, trainable_params, weight_bytes
 from zero_planner.strategies import STRATEGIES
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B"

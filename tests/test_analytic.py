@@ -18,10 +18,11 @@ from zero_planner.models.analytic import (
     catalog_twin,
     sdpa_16bit_activations,
 )
-from zero_planner.models.spec import _catalog, count_params
+from zero_planner.models.catalog import catalog_entries
+from zero_planner.models.count import count_params
 
 BENCHMARK_CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "benchmarks" / "model_configs").glob("*.json"))}
-CONFIGS = {**BENCHMARK_CONFIGS, **{slug: entry["config"] for slug, entry in _catalog().items()}}
+CONFIGS = {**BENCHMARK_CONFIGS, **{slug: entry["config"] for slug, entry in catalog_entries().items()}}
 COVERED = sorted(name for name, config in CONFIGS.items() if config["model_type"] in FAMILIES)
 
 
@@ -41,7 +42,7 @@ def test_analytic_table_equals_the_meta_device_count(name):
 
 
 def test_catalog_twins_share_their_activation_tables():
-    for slug, entry in _catalog().items():
+    for slug, entry in catalog_entries().items():
         borrowed = catalog_activations(entry["config"])
         if entry["config"]["model_type"] in FAMILIES:
             assert borrowed == entry["params"]["activations"], (slug, catalog_twin(entry["config"]))
@@ -92,8 +93,8 @@ def test_other_vocabularies_and_widths_have_no_twin():
 
 def test_closed_form_sdpa_entry_equals_the_catalog_trace():
     for slug in COVERED:
-        if slug in _catalog() and FAMILIES[CONFIGS[slug]["model_type"]].closed_form:
-            assert sdpa_16bit_activations(CONFIGS[slug]) == _catalog()[slug]["params"]["activations"]["16bit"]["sdpa"]
+        if slug in catalog_entries() and FAMILIES[CONFIGS[slug]["model_type"]].closed_form:
+            assert sdpa_16bit_activations(CONFIGS[slug]) == catalog_entries()[slug]["params"]["activations"]["16bit"]["sdpa"]
 
 
 # Shapes the catalog does not have: biases, multi-head attention, head_dim apart from hidden / heads, odd sizes.

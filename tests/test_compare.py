@@ -7,9 +7,9 @@ import json
 import pytest
 
 from zero_planner.cli import main
-from zero_planner.compare import parse_clusters, parse_prices, parse_tokens
 from zero_planner.errors import InputError
-from zero_planner.throughput import load_calibration
+from zero_planner.plan.compare import parse_clusters, parse_prices, parse_tokens
+from zero_planner.plan.throughput import load_calibration
 
 LLAMA = ["--model", "meta-llama/Meta-Llama-3-8B"]
 CLUSTERS = "1xH100,8xH100,2xA100-80GB,4xRTX4090,8xA100-80GB"

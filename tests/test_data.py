@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from zero_planner.data import (
+from zero_planner.errors import InputError
+from zero_planner.run.data import (
     BlockOrder,
     load_text_dataset,
     pack_ids,
     synthetic_texts,
     tokenize_and_pack,
 )
-from zero_planner.errors import InputError
-from zero_planner.tokenizer import ByteTokenizer, load_tokenizer
+from zero_planner.run.tokenizer import ByteTokenizer, load_tokenizer
 
 
 def test_synthetic_is_deterministic():
@@ -153,7 +153,7 @@ CHAT = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "ass
     ("d.jsonl", GOOD_JSONL, {"eval_split": "3"}, "--eval-split 3 holds out all 3 rows"),
 ])  # fmt: skip
 def test_bad_local_data_is_named_by_file_and_line(tmp_path, name, content, settings, message):
-    from zero_planner.data import check_local_data
+    from zero_planner.run.data import check_local_data
 
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -175,7 +175,7 @@ def test_bad_local_data_is_named_by_file_and_line(tmp_path, name, content, setti
     ("d.txt", "one\n\ntwo\n", {}),
 ])  # fmt: skip
 def test_good_local_data_passes(tmp_path, name, content, settings):
-    from zero_planner.data import check_local_data
+    from zero_planner.run.data import check_local_data
 
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
@@ -186,7 +186,7 @@ def test_parquet_footer_is_checked(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from zero_planner.data import check_local_data
+    from zero_planner.run.data import check_local_data
 
     pq.write_table(pa.table({"text": ["a", None, "c"]}), tmp_path / "nulls.parquet")
     with pytest.raises(InputError, match="column 'text' has 1 empty"):
@@ -199,7 +199,7 @@ def test_parquet_footer_is_checked(tmp_path):
 
 
 def test_every_file_of_a_folder_and_the_eval_file_are_read(tmp_path):
-    from zero_planner.data import check_local_data
+    from zero_planner.run.data import check_local_data
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.jsonl").write_text(GOOD_JSONL)

@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from zero_planner import planner
-from zero_planner.dsconfig import bucket_sizes, build_ds_config, validate_ds_config
-from zero_planner.planner import DS_CONFIGS_DIR, REFERENCE_HIDDEN_SIZE, config_strategy, reference_ds_configs
+from zero_planner.plan.dsconfig import bucket_sizes, build_ds_config, validate_ds_config
+from zero_planner.plan.reference_configs import (
+    DS_CONFIGS_DIR,
+    REFERENCE_HIDDEN_SIZE,
+    reference_ds_configs,
+    reference_name,
+    write_ds_configs,
+)
+from zero_planner.plan.userconfig import config_strategy
 from zero_planner.strategies import STRATEGIES
 
 REFERENCE = reference_ds_configs()
@@ -16,8 +22,8 @@ REFERENCE = reference_ds_configs()
 
 def test_files_equal_the_generator_output():
     on_disk = {p.name for p in DS_CONFIGS_DIR.glob("*.json")}
-    assert on_disk == set(REFERENCE), "run: python -m zero_planner.planner --write-ds-configs"
-    assert planner.write_ds_configs(check=True) == [], "run: python -m zero_planner.planner --write-ds-configs"
+    assert on_disk == set(REFERENCE), "run: python -m zero_planner.plan.reference_configs --write-ds-configs"
+    assert write_ds_configs(check=True) == [], "run: python -m zero_planner.plan.reference_configs --write-ds-configs"
 
 
 def test_every_strategy_in_both_16_bit_precisions():
@@ -34,7 +40,7 @@ def test_deepspeed_parser_accepts(name):
 def test_file_names_say_what_the_file_does(name):
     config = REFERENCE[name]
     strategy = config_strategy(config)
-    assert planner.reference_name(strategy, "bf16" if "bf16" in config else "fp16") == name
+    assert reference_name(strategy, "bf16" if "bf16" in config else "fp16") == name
     assert strategy in STRATEGIES.values()
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from zero_planner import dsdefaults
-from zero_planner.memory import GiB, Workload, ZeroBuffers, estimate_memory
 from zero_planner.models.spec import load_model_spec
+from zero_planner.plan import dsdefaults
+from zero_planner.plan.memory import GiB, Workload, ZeroBuffers, estimate_memory
 from zero_planner.strategies import STRATEGIES
 
 

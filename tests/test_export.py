@@ -8,9 +8,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from conftest import make_plan
-from zero_planner import export
+
+from zero_planner.plan import export
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_yaml_fallback_matches_pyyaml():
 def test_export_stays_light():
     from conftest import heavy_modules_after
 
-    assert heavy_modules_after("import zero_planner.export") == []
+    assert heavy_modules_after("import zero_planner.plan.export") == []
 
 
 def test_accelerate_yaml_names_the_json_absolutely(tmp_path, monkeypatch):

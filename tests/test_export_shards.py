@@ -10,8 +10,8 @@ import torch
 from conftest import LLAMA_TINY
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from zero_planner import train
-from zero_planner.tokenizer import ByteTokenizer
+from zero_planner.run import train
+from zero_planner.run.tokenizer import ByteTokenizer
 
 
 def tiny_model():

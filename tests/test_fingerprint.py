@@ -1,4 +1,4 @@
-"""What every rank of a run must agree on (zero_planner/fingerprint.py): plan and data digests, and the one line
+"""What every rank of a run must agree on (zero_planner/run/fingerprint.py): plan and data digests, and the one line
 naming the rank that differs. The collective check itself runs in tests/test_multinode_cpu.py."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from conftest import heavy_modules_after, make_plan
-from zero_planner.fingerprint import data_digest, first_difference, plan_digest, rank_record
+
+from zero_planner.run.fingerprint import data_digest, first_difference, plan_digest, rank_record
 
 
 def test_plan_digest_ignores_the_output_dir_only():
@@ -56,4 +57,4 @@ def test_rank_record_reports_a_missing_dataset_instead_of_raising(monkeypatch):
 
 
 def test_import_is_light():
-    assert heavy_modules_after("import zero_planner.fingerprint") == []
+    assert heavy_modules_after("import zero_planner.run.fingerprint") == []

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from zero_planner import cli, host_rates
+from zero_planner import cli
 from zero_planner.hardware import parse_gpus
-from zero_planner.throughput import load_calibration
+from zero_planner.plan import host_rates
+from zero_planner.plan.throughput import load_calibration
 
 FAST_HOST = host_rates.HostRate(cpu_adam_params_per_s=8e9, cpu_model="test CPU", cores=64, threads=64,
                                 params=host_rates.BENCH_PARAMS, torch="x", deepspeed="y", date="2026-11-25")  # fmt: skip

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import heavy_modules_after, make_plan
 
-from zero_planner import export, importers
 from zero_planner.cli import main
+from zero_planner.plan import export, importers
 
 CATALOG = importers.tool_catalog()
 LLAMA8B = ["--model", "meta-llama/Meta-Llama-3-8B"]
@@ -308,7 +308,7 @@ def test_one_source_at_a_time(tmp_path, capsys):
 
 
 def test_importers_stay_light():
-    assert heavy_modules_after("import zero_planner.importers, zero_planner.export") == []
+    assert heavy_modules_after("import zero_planner.plan.importers, zero_planner.plan.export") == []
 
 
 # Real configs, as the projects ship them (comments trimmed): LLaMA-Factory examples/train_lora/

@@ -6,19 +6,14 @@ import json
 import sys
 
 import pytest
-
 from conftest import GIB, heavy_modules_after, make_plan
+
 from zero_planner import launch
-from zero_planner.launch import (
-    Machine,
-    build_launch,
-    fix_cuda_arch_list,
-    launch_command,
-    main,
-    parse_hostfile,
-    preflight,
-    runnable,
-)
+from zero_planner.launch import main, parse_hostfile
+from zero_planner.plan.command import build_launch, launch_command
+from zero_planner.run import launcher, preflight
+from zero_planner.run.launcher import runnable
+from zero_planner.run.preflight import Machine, fix_cuda_arch_list
 
 ROOMY = Machine(gpus=[("NVIDIA H100 80GB HBM3", 85 * 10**9)] * 8, host_available_bytes=500 * GIB,
                 disk_free_bytes=1000 * GIB)  # fmt: skip
@@ -31,7 +26,7 @@ def no_spawn(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a launcher test tried to spawn")
 
-    monkeypatch.setattr(launch, "_spawn", refuse)
+    monkeypatch.setattr(launcher, "spawn", refuse)
 
 
 def gpu_plan(**kw):
@@ -165,11 +160,11 @@ def test_unreadable_plan_exits_2(tmp_path, capsys):
 )  # fmt: skip
 def test_preflight_refusals(plan_file, tmp_path, monkeypatch, capsys, plan_kw, machine, message):
     plan = gpu_plan(**plan_kw)
-    problems = preflight(plan, machine, output_dir=str(tmp_path))
+    problems = preflight.preflight(plan, machine, output_dir=str(tmp_path))
     assert len(problems) == 1 and message in problems[0]
-    assert preflight(plan, ROOMY, output_dir=str(tmp_path)) == [] or "this run writes" in message
+    assert preflight.preflight(plan, ROOMY, output_dir=str(tmp_path)) == [] or "this run writes" in message
     # Through the CLI: refused with exit 2 before anything is spawned (the autouse fixture would fail it).
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: machine)
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: machine)
     path = plan_file(**{"gpu": "H100", "gpu_memory_bytes": 80 * 10**9, **plan_kw})
     assert main([str(path)]) == 2
     assert message in capsys.readouterr().err
@@ -177,7 +172,7 @@ def test_preflight_refusals(plan_file, tmp_path, monkeypatch, capsys, plan_kw, m
 
 def test_cpu_plan_ignores_gpu_checks(tmp_path):
     machine = Machine(gpus=None, host_available_bytes=8 * GIB, disk_free_bytes=10 * GIB)
-    assert preflight(make_plan(gpu="cpu", gpus_per_node=2), machine, output_dir=str(tmp_path)) == []
+    assert preflight.preflight(make_plan(gpu="cpu", gpus_per_node=2), machine, output_dir=str(tmp_path)) == []
 
 
 def test_split_argv():
@@ -191,12 +186,12 @@ def test_preflight_refuses_qlora_on_cpu_before_any_rank_starts(tmp_path):
     plan = make_plan("2")
     plan.training.method = "qlora"
     machine = Machine(gpus=None, host_available_bytes=64 * GIB, disk_free_bytes=100 * GIB)
-    problems = preflight(plan, machine, output_dir=str(tmp_path))
+    problems = preflight.preflight(plan, machine, output_dir=str(tmp_path))
     assert any("QLoRA needs a CUDA GPU" in p for p in problems)
 
 
 def test_runnable_needs_no_deepspeed_script_on_path(monkeypatch):
-    monkeypatch.setattr(launch, "launcher_takes_log_level", lambda: False)
+    monkeypatch.setattr(launcher, "launcher_takes_log_level", lambda: False)
     argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
     assert runnable(argv, python="/venv/bin/python")[:4] == ["/venv/bin/python", "-m", "deepspeed.launcher.runner",
                                                               "--num_gpus"]  # fmt: skip
@@ -207,7 +202,7 @@ def test_one_node_runner_is_quiet_where_deepspeed_lets_it(tmp_path):
     """DeepSpeed's runner warns on every one-node launch that it found no hostfile: --log_level error where the
     installed runner has the option (this venv's does), never with a hostfile."""
     argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
-    assert launch.launcher_takes_log_level()  # deepspeed 0.19 here
+    assert launcher.launcher_takes_log_level()  # deepspeed 0.19 here
     assert runnable(argv, python="py")[:6] == ["py", "-m", "deepspeed.launcher.runner", "--log_level", "error",
                                                "--num_gpus"]  # fmt: skip
     hosts = tmp_path / "hostfile"
@@ -268,7 +263,7 @@ def test_bad_training_overrides_exit_2_in_one_line(plan_file, capsys, argv_tail,
 def test_weights_missing_offline_are_refused_before_launch(tmp_path, monkeypatch, capsys):
     import huggingface_hub.constants
 
-    from zero_planner.plan import save_plan
+    from zero_planner.planfile import save_plan
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -351,55 +346,55 @@ def test_bad_multi_node_input_exits_2_in_one_line(plan_file, tmp_path, capsys, a
 def test_node0_serves_the_rendezvous_from_its_own_free_port():
     import socket
 
-    port = launch.free_port()
-    assert launch.check_rendezvous(0, "127.0.0.1", port) is None
+    port = launcher.free_port()
+    assert preflight.check_rendezvous(0, "127.0.0.1", port) is None
     with socket.socket() as busy:
         busy.bind(("", port))
         busy.listen()
-        assert launch.check_rendezvous(0, "127.0.0.1", port) == (f"--master-port {port} is in use on node 0 "
+        assert preflight.check_rendezvous(0, "127.0.0.1", port) == (f"--master-port {port} is in use on node 0 "
                                                                  "(another run?): choose another port")  # fmt: skip
     # 192.0.2.1 is TEST-NET-1 (RFC 5737): no machine has it
-    assert "is not an address of this machine" in launch.check_rendezvous(0, "192.0.2.1", port)
+    assert "is not an address of this machine" in preflight.check_rendezvous(0, "192.0.2.1", port)
 
 
 def test_other_nodes_wait_for_node0_then_say_why(monkeypatch):
     import socket
 
-    port = launch.free_port()
+    port = launcher.free_port()
     said = []
-    problem = launch.check_rendezvous(1, "127.0.0.1", port, wait_s=1, say=said.append)
+    problem = preflight.check_rendezvous(1, "127.0.0.1", port, wait_s=1, say=said.append)
     assert problem == (f"node 0's rendezvous 127.0.0.1:{port} refused connections for 1 s: start node 0 "
                        "(--node-rank 0) with the same --master-port, or wait longer (--master-wait)")  # fmt: skip
     assert said == [f"zero-run: node 1: waiting up to 1 s for node 0's rendezvous at 127.0.0.1:{port}"]
     with socket.socket() as server:
         server.bind(("127.0.0.1", port))
         server.listen()
-        assert launch.check_rendezvous(1, "127.0.0.1", port, wait_s=1) is None
+        assert preflight.check_rendezvous(1, "127.0.0.1", port, wait_s=1) is None
 
     def silent(*args, **kwargs):
         raise socket.timeout("timed out")
 
     monkeypatch.setattr(socket, "create_connection", silent)
-    assert "did not answer within 1 s" in launch.check_rendezvous(2, "127.0.0.1", port, wait_s=1, say=said.append)
+    assert "did not answer within 1 s" in preflight.check_rendezvous(2, "127.0.0.1", port, wait_s=1, say=said.append)
 
     def unknown(*args, **kwargs):
         raise socket.gaierror(-2, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", unknown)
-    assert launch.check_rendezvous(1, "node-zz", port) == ("--master-addr 'node-zz' does not resolve on this node "
+    assert preflight.check_rendezvous(1, "node-zz", port) == ("--master-addr 'node-zz' does not resolve on this node "
                                                            "(Name or service not known)")  # fmt: skip
 
 
 def test_node_refuses_to_start_without_node0_or_its_gpus(plan_file, monkeypatch, capsys):
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: ROOMY)
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: ROOMY)
     path = plan_file(gpu="H100", nodes=2, gpus_per_node=8, gpu_memory_bytes=80 * 10**9)
-    port = str(launch.free_port())
+    port = str(launcher.free_port())
     assert main([str(path), "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port,
                  "--master-wait", "1"]) == 2  # fmt: skip
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith(f"zero-run: refusing to launch: node 1: node 0's rendezvous 127.0.0.1:{port} refused")
     four = Machine(gpus=ROOMY.gpus[:4], host_available_bytes=500 * GIB, disk_free_bytes=10**12)
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: four)
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: four)
     assert main([str(path), "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", port]) == 2
     assert capsys.readouterr().err == ("zero-run: refusing to launch: node 0: the plan needs 8 GPUs per node (H100); "
                                        "this machine has 4\n")  # fmt: skip
@@ -408,7 +403,7 @@ def test_node_refuses_to_start_without_node0_or_its_gpus(plan_file, monkeypatch,
 
 
 def _plan_with(tmp_path, **training):
-    from zero_planner.plan import save_plan
+    from zero_planner.planfile import save_plan
 
     plan = make_plan(gpu="cpu", output_dir=str(tmp_path / "run"), **training)
     path = tmp_path / "plan.json"
@@ -451,7 +446,7 @@ def test_inputs_are_refused_before_any_rank_starts(tmp_path, capsys, files, trai
 
 
 def test_resume_from_checkpoints_of_another_world_size_is_refused(tmp_path, capsys):
-    from zero_planner import checkpoint as ckpt
+    from zero_planner.run import checkpoint as ckpt
 
     path = _plan_with(tmp_path)
     tag = tmp_path / "run" / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(4)
@@ -469,7 +464,7 @@ def test_qlora_without_bitsandbytes_is_refused_before_launch(tmp_path, monkeypat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
     plan = gpu_plan(method="qlora", lora={"r": 8, "quantization": "nf4"})
     with pytest.raises(launch.InputError, match="QLoRA needs bitsandbytes"):
-        launch.check_inputs(plan)
+        preflight.check_inputs(plan)
 
 
 def test_good_inputs_pass(tmp_path):
@@ -477,8 +472,8 @@ def test_good_inputs_pass(tmp_path):
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     (tmp_path / "chat.jsonl").write_text(CHAT_ROW)
-    launch.check_inputs(make_plan(dataset=str(tmp_path / "d.jsonl")))
-    launch.check_inputs(make_plan(dataset=str(tmp_path / "chat.jsonl"), tokenizer=str(tmp_path / "tok")))
+    preflight.check_inputs(make_plan(dataset=str(tmp_path / "d.jsonl")))
+    preflight.check_inputs(make_plan(dataset=str(tmp_path / "chat.jsonl"), tokenizer=str(tmp_path / "tok")))
     plan = make_plan(tokenizer=None)
     plan.model.source, plan.model.hub_id = "catalog", "meta-llama/Llama-3.2-1B"  # its own tokenizer, from the hub
-    launch.check_inputs(plan)
+    preflight.check_inputs(plan)

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import make_plan
+
 from zero_planner.launch import main
-from zero_planner.plan import Plan, load_plan, save_plan
+from zero_planner.planfile import Plan, load_plan, save_plan
 
 STEPS = 12
 LORA = {"r": 8, "alpha": 16, "dropout": 0.05}
@@ -37,7 +37,7 @@ def initial_model(plan: Plan, *, method: str | None = None, pad_token_id: int | 
     """Returns the model exactly as zero-run builds it before training (same seed, same code path)."""
     import torch
 
-    from zero_planner.train import _build_model
+    from zero_planner.run.train import _build_model
 
     if method is not None:
         plan = plan.model_copy(deep=True)
@@ -52,8 +52,8 @@ def lm_batch(vocab_size: int, eos_token_id: int, seq_len: int = 64, n: int = 8):
     """Returns held-out synthetic blocks (another seed than training's) as a LongTensor [n, seq_len]."""
     import torch
 
-    from zero_planner.data import pack_ids, synthetic_texts
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pack_ids, synthetic_texts
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer(vocab_size, eos_token_id=eos_token_id)
     return torch.tensor(pack_ids(tok.encode_batch(synthetic_texts(40, seed=99)), seq_len, tok.eos_token_id)[:n])
@@ -156,8 +156,8 @@ def cls_batch(plan: Plan, n: int = 64):
     """Returns (input_ids, attention_mask, labels) of held-out synthetic classification examples."""
     import torch
 
-    from zero_planner.data import pad_ids, synthetic_classification
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pad_ids, synthetic_classification
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     cfg, t = plan.model.config, plan.training
     tok = ByteTokenizer(cfg["vocab_size"], eos_token_id=cfg["eos_token_id"])
@@ -182,8 +182,8 @@ def test_seq_cls_learns(tmp_path, strategy, method):
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
-    from zero_planner.data import pad_token_id_for
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pad_token_id_for
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     plan_path = write_plan(tmp_path / "plan.json", strategy, method=method, lora=LORA, task="seq-cls", num_labels=3,
                            micro_batch_size=8, max_steps=20, save_every=10, output_dir=str(tmp_path / "run"),
@@ -221,14 +221,14 @@ def test_a_pretrained_base_is_built_in_training_mode(tmp_path, method):
     """from_pretrained returns eval mode; training in it would turn dropout and gradient checkpointing off."""
     import torch
 
-    from zero_planner.modeling import build_model
+    from zero_planner.run.modeling import build_model
 
     plan = make_plan("2", method=method, gradient_checkpointing=True)
     base, _ = build_model(plan.model.config, precision="fp32", device="cpu")
     base.save_pretrained(tmp_path / "base")
     plan.model.init = "pretrained"
     plan.model.weights_path = str(tmp_path / "base")
-    from zero_planner.train import _build_model
+    from zero_planner.run.train import _build_model
 
     model, _ = _build_model(plan, plan.deepspeed_config, SimpleNamespace(device=torch.device("cpu"), local_rank=0))
     assert all(m.training for m in model.modules())

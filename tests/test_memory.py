@@ -8,18 +8,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zero_planner.memory import (
+from zero_planner.models.spec import ModelSpec, load_model_spec
+from zero_planner.plan.memory import (
     CUDA_CONTEXT_BYTES,
     GiB,
     Workload,
     ZeroBuffers,
     activation_bytes,
+    backward_activation_bytes,
     estimate_memory,
+    eval_peak,
+    export_peak,
+    host_memory,
+    kept_outputs_bytes,
+    load_peak,
+    model_states,
+    module_checkpoint_bytes,
     offloaded_head_bytes,
+    resume_peak,
+    save_peak,
     sdpa_masked_layers,
+    trainable_params,
+    train_step_moments,
+    weight_bytes,
     workspace_bytes,
 )
-from zero_planner.models.spec import ModelSpec, load_model_spec
 from zero_planner.strategies import STRATEGIES
 
 P = 1_000_000_000  # a round 1B-parameter model makes every term readable by hand
@@ -96,7 +109,7 @@ def test_offload_terms():
 def test_stage3_offload_host_terms_by_hand():
     """Host memory of ZeRO-3 with the optimizer offloaded, term by term (the buffers measured on H100/H200:
     gpu_step's pinned-memory statistics). P = 1e9 elements, one sub-group, bf16 (w = 2), one GPU."""
-    from zero_planner.memory import PROCESS_RSS_BYTES, pinned_bytes
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES, pinned_bytes
 
     spec = synthetic_spec()
     host = estimate_memory(spec, STRATEGIES["3-offload"], workload(1), gpu_name="H100").cpu_training_bytes
@@ -313,8 +326,8 @@ def test_workspace_by_gpu_generation():
 def test_expandable_segments_total_is_the_peak_plus_context():
     """zero-run launches with expandable segments: the cache is returned on demand, so what must fit is the
     peak allocation plus context (and NCCL on several GPUs); the default allocator's fragmented figure is kept."""
-    from zero_planner.memory import CUDA_CONTEXT_BYTES
-    from zero_planner.nccl import nccl_buffer_bytes
+    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.plan.nccl import nccl_buffer_bytes
 
     one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
     assert one.total_bytes == one.floor_bytes == one.peak_allocated_bytes + CUDA_CONTEXT_BYTES
@@ -325,9 +338,9 @@ def test_expandable_segments_total_is_the_peak_plus_context():
 
 
 def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():
-    from zero_planner.memory import CUDA_CONTEXT_BYTES
-    from zero_planner.nccl import nccl_buffer_bytes
-    from zero_planner.planner import why_not
+    from zero_planner.plan.fit import why_not
+    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
+    from zero_planner.plan.nccl import nccl_buffer_bytes
 
     default_allocator = dict(expandable_segments=False)
     one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048, **default_allocator),
@@ -399,7 +412,7 @@ def test_host_phases_resume_reads_the_checkpoint_whole():
     spec = synthetic_spec()
     stage0 = estimate_memory(spec, STRATEGIES["0"], workload(2), gpu_name="H100")
     stage1 = estimate_memory(spec, STRATEGIES["1"], workload(2), gpu_name="H100")
-    from zero_planner.memory import RSS_AT_ZERO3_INIT_BYTES
+    from zero_planner.plan.memory import RSS_AT_ZERO3_INIT_BYTES
 
     # stage 0: every rank reads the one file with weights (2P) and optimizer (12P); ZeRO: its own partition.
     assert stage0.host_phase_peaks["resume"] == 2 * (RSS_AT_ZERO3_INIT_BYTES + 2 * P + 12 * P)
@@ -417,7 +430,7 @@ def test_cpu_processes_host_figure_is_measured_not_a_gpu_baseline():
     from conftest import ROOT
 
     from zero_planner.cli import main
-    from zero_planner.memory import PROCESS_RSS_BYTES
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES
 
     lines = [json.loads(line) for line in (ROOT / "benchmarks" / "results" / "cpu-rss-2026-11-25.jsonl").open()]
     tiny = [m for m in lines if m["model"].endswith("llama-tiny.json")]
@@ -432,3 +445,101 @@ def test_cpu_processes_host_figure_is_measured_not_a_gpu_baseline():
         predicted = json.loads(out.getvalue())["estimate"]["cpu"]["total"]
         assert predicted == pytest.approx(m["rss_per_node_bytes"], rel=0.10), m["strategy"]
         assert predicted < PROCESS_RSS_BYTES  # two CPU processes take less than one GPU process's baseline
+
+
+# --- the steps of estimate_memory, one at a time ---
+
+# Model states of the synthetic 1B spec on 4 GPUs, bf16, by hand: (params, gradients, optimizer, step transient,
+# gathered). Stage 3 keeps 20 norm vectors of 1000 whole (2 x 20k bytes) and one reduce bucket (IPG).
+PERSISTENT = 2 * 20 * 1000
+STATE_ROWS = [
+    ("0", 1, (2 * P, 2 * P, 12 * P, 10 * P, 0), "all local; step: 16-bit grads 2 + fp32 cast 4 + flattened 4"),
+    ("2", 4, (2 * P, 2 * P // 4, 12 * P // 4, 8 * P // 4, 0), "grads and optimizer partitioned; step 2 + 2 + 4 per n"),
+    ("2-offload", 4, (2 * P, 2 * 50_000_000, 0, 0, 0), "optimizer on the host; the largest tensor's staging buffer"),
+    ("3", 4, (2 * P // 4 + PERSISTENT, 2 * P // 4 + IPG, 12 * P // 4, 6 * P // 4, 2 * 10**9),
+     "everything partitioned; step one sub-group of fp32 grad 4 + source 2; up to 1e9 gathered elements live"),
+    ("3-offload-all", 4, (PERSISTENT, IPG, 0, 0, 2 * 10**9), "only the persistent weights and the reduce bucket stay"),
+]
+
+
+@pytest.mark.parametrize("name,n,expected,why", STATE_ROWS)
+def test_model_states_by_hand(name, n, expected, why):
+    spec = synthetic_spec()
+    states = model_states(spec, STRATEGIES[name], workload(n), ZeroBuffers.for_model(spec.hidden_size), W=2 * P, P=P)
+    got = (states.params_bytes, states.gradients_bytes, states.optimizer_bytes, states.step_transient_bytes,
+           states.gathered_bytes)  # fmt: skip
+    assert got == expected, why
+    # Across steps: stage 3's gradient partition and the offload staging buffer stay; the others are made in backward.
+    resident_gradients = states.gradients_bytes if name.startswith(("3", "2-offload")) else 0
+    assert states.resident_bytes == states.params_bytes + states.optimizer_bytes + resident_gradients
+
+
+def test_zero_paper_figure1_model_states_step_by_step():
+    # The same figures as test_zero_paper_figure1_model_states, from the step that computes them (7.5B, 64 GPUs).
+    spec = synthetic_spec(num_params=7_500_000_000, tensor_sizes=((7_500_000_000, 1),))
+    buffers = ZeroBuffers.for_model(spec.hidden_size)
+    states = model_states(spec, STRATEGIES["0"], workload(64), buffers, W=2 * spec.num_params, P=spec.num_params)
+    assert (states.params_bytes, states.gradients_bytes, states.optimizer_bytes) == (15 * 10**9, 15 * 10**9, 90 * 10**9)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_catalog_model_terms_add_up_to_its_figures(name):
+    # Llama 3.2 1B on 2 x H100, 2 x 2048 tokens: each figure of the estimate is the sum of its named terms.
+    spec, wl, strategy = llama(), workload(2, micro_batch_size=2, seq_len=2048), STRATEGIES[name]
+    est = estimate_memory(spec, strategy, wl, gpu_name="H100")
+    states = model_states(spec, strategy, wl, ZeroBuffers.for_model(spec.hidden_size), W=weight_bytes(spec, wl),
+                          P=trainable_params(spec, wl))  # fmt: skip
+    act = activation_bytes(spec, wl, zero3_linear=False)
+    backward = backward_activation_bytes(spec, strategy, wl, act, states)
+    moments = train_step_moments(states, act, backward_activations=backward, ws=WS, held=0)
+    assert (est.params_bytes, est.gradients_bytes, est.optimizer_bytes) == (
+        states.params_bytes, states.gradients_bytes, states.optimizer_bytes)
+    assert moments.step == states.resident_bytes + WS + states.step_transient_bytes
+    assert moments.forward == (states.resident_bytes + states.accumulated_gradients_bytes + WS + states.gathered_bytes
+                               + act.forward_peak_bytes)  # fmt: skip
+    assert est.train_peak_bytes == max(moments) == est.phase_peaks["train"]
+    assert est.activations_bytes == max(act.forward_peak_bytes, backward) and backward >= act.backward_peak_bytes
+    assert est.peak_allocated_bytes == max(est.phase_peaks.values()) == est.phase_peaks[est.binding_phase]
+    assert est.total_bytes == est.peak_allocated_bytes + est.overhead_bytes
+    host, phases = host_memory(spec, strategy, wl, W=weight_bytes(spec, wl), P=trainable_params(spec, wl),
+                               device_peak=est.peak_allocated_bytes, gpu_name="H100")  # fmt: skip
+    assert (host, phases) == (est.cpu_training_bytes, est.host_phase_peaks)
+    assert est.cpu_total_bytes == max(host, *phases.values())
+
+
+def test_kept_outputs_are_the_logits_of_a_causal_lm():
+    spec = synthetic_spec(vocab_size=1000)
+    assert kept_outputs_bytes(spec, workload(1, micro_batch_size=2, keeps_outputs=True)) == 2 * 2 * 100 * 1000
+    assert kept_outputs_bytes(spec, workload(1, precision="fp32", keeps_outputs=True)) == 4 * 100 * 1000
+    assert kept_outputs_bytes(spec, workload(1)) == 0  # the loop keeps the loss only
+    assert kept_outputs_bytes(spec, workload(1, task="seq-cls", keeps_outputs=True)) == 0
+
+
+@pytest.mark.parametrize("name,kw,trainable,expected,why", [
+    ("0", {}, P, (2 * P, 2 * P), "the 16-bit weights: one flat buffer below ZeRO-3"),
+    ("0", {"precision": "fp32"}, P, (4 * P, 4 * 50_000_000), "fp32 at stage 0 keeps tensors apart: the largest one"),
+    ("3", {}, P, (0, 0), "ZeRO-3 keeps the module's weights in the partitioned files"),
+    ("2", {"method": "lora"}, 10**6, (2 * 10**6 + 4 * 10**6, 4 * 10**6),
+     "the adapters (2 x 1M) and the tied head (2 x 2000 x 1000): named_parameters lists it under the embedding"),
+    ("3", {"method": "lora"}, 10**6, (2 * 10**6, 0), "ZeRO-3: the adapters only, no storage staged whole"),
+])  # fmt: skip
+def test_module_checkpoint_bytes(name, kw, trainable, expected, why):
+    wl = workload(1, **kw)
+    W = (4 if wl.precision == "fp32" else 2) * P
+    spec = synthetic_spec(vocab_size=2000)
+    assert module_checkpoint_bytes(spec, STRATEGIES[name], wl, W=W, P=trainable) == expected, why
+
+
+def test_phase_steps_by_hand():
+    spec, wl = synthetic_spec(vocab_size=1000), workload(1)
+    W, resident = 2 * P, 14 * P
+    # A random-init tied head is allocated before it is tied (2 x 1000 x 1000 bytes); from_pretrained makes none.
+    assert load_peak(spec, STRATEGIES["2"], wl, W=W) == (W + 2 * 1000 * 1000, 0)
+    assert load_peak(spec, STRATEGIES["2"], workload(1, pretrained=True), W=W) == (W, 0)
+    assert resume_peak(STRATEGIES["0"], wl, W=W, P=P, resident=resident) == W + 20 * P
+    assert resume_peak(STRATEGIES["2"], wl, W=W, P=P, resident=resident) == resident
+    # eval at 100 tokens: 10 bytes per logit + 2 x 2 bytes per hidden element, under the forward's activations.
+    assert eval_peak(spec, wl, resident=resident, ws=WS, gathered=0, forward_activations=10**9) == (
+        resident + WS + 10 * 100 * 1000 + 4 * 100 * 1000)
+    assert save_peak(resident=resident, ws=WS, gathered=7) == resident + WS + 7
+    assert export_peak(spec, STRATEGIES["3"], workload(4), resident=resident, ws=WS) == resident + WS + 2 * 50_000_000

@@ -7,10 +7,10 @@ import types
 
 import pytest
 
-from zero_planner import meter as meter_module
-from zero_planner.meter import PhaseMeter
 from zero_planner.phases import PHASES
-from zero_planner.report import phase_rows
+from zero_planner.run import meter as meter_module
+from zero_planner.run.meter import PhaseMeter
+from zero_planner.run.report import phase_rows
 
 
 class FakeCuda:

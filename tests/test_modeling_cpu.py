@@ -55,8 +55,8 @@ def test_qlora_base_trains_under_zero_on_two_cpu_ranks(tmp_path, stage, gc):
     for record in ranks:
         assert record["status"] == "ok", record.get("error")
         assert all(math.isfinite(loss) for loss in record["losses"])
-    from zero_planner.memory import Workload, trainable_params
     from zero_planner.models.spec import spec_from_config
+    from zero_planner.plan.memory import Workload, trainable_params
 
     spec = spec_from_config(config["model_config"], "llama-tiny")
     workload = Workload(micro_batch_size=1, seq_len=64, gradient_checkpointing=gc, precision="bf16", method="qlora")
@@ -72,10 +72,11 @@ def test_the_harness_measures_the_model_zero_run_trains(method):
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.gpu_step import case_model
     from conftest import make_plan
-    from zero_planner.plan import LoraInfo
-    from zero_planner.train import _build_model
+
+    from benchmarks.gpu_step import case_model
+    from zero_planner.planfile import LoraInfo
+    from zero_planner.run.train import _build_model
 
     lora = LoraInfo(r=4, alpha=8, dropout=0.0)
     plan = make_plan("2", method=method, seed=0, lora=lora.model_dump() if method == "lora" else None)

@@ -8,7 +8,9 @@ import pytest
 
 from zero_planner.errors import InputError
 from zero_planner.models import spec as spec_module
-from zero_planner.models.spec import catalog_entry, list_catalog, load_model_spec, param_table
+from zero_planner.models.catalog import catalog_entry, list_catalog
+from zero_planner.models.count import param_table
+from zero_planner.models.spec import load_model_spec
 
 CATALOG = list_catalog()
 PUBLISHED = [(name, catalog_entry(name)["published_params"]) for name in CATALOG if catalog_entry(name)["published_params"]]
@@ -224,7 +226,7 @@ def test_folder_without_config(tmp_path):
 
 @pytest.mark.parametrize("name", ["gemma-2-2b", "llama-3.2-1b", "gpt2"])
 def test_attn_implementation_agrees_with_modeling(name):
-    from zero_planner.modeling import attn_implementation_for
+    from zero_planner.run.modeling import attn_implementation_for
 
     assert load_model_spec(name).attn_implementation == attn_implementation_for(catalog_entry(name)["config"])
 

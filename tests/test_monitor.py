@@ -8,12 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import GIB, make_plan
-from zero_planner import launch
-from zero_planner.dsconfig import build_ds_config, monitors_enabled, validate_ds_config, with_monitor
-from zero_planner.launch import Machine, main
-from zero_planner.plan import save_plan
+
+from zero_planner.launch import main
+from zero_planner.plan.dsconfig import build_ds_config, monitors_enabled, validate_ds_config, with_monitor
+from zero_planner.planfile import save_plan
+from zero_planner.run import launcher, preflight
+from zero_planner.run.preflight import Machine
 from zero_planner.strategies import STRATEGIES
 
 
@@ -103,8 +104,8 @@ def test_a_monitor_that_cannot_be_imported_is_refused_before_launch(plan_file, m
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    monkeypatch.setattr(launch, "_spawn", lambda *a, **k: pytest.fail("spawned despite a missing monitor package"))
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: Machine(
+    monkeypatch.setattr(launcher, "spawn", lambda *a, **k: pytest.fail("spawned despite a missing monitor package"))
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: Machine(
         gpus=None, host_available_bytes=64 * GIB, disk_free_bytes=100 * GIB))  # fmt: skip
     assert main([str(plan_file(gpu="cpu")), "--report-to", "wandb,csv"]) == 2
     err = capsys.readouterr().err

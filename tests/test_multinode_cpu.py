@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, make_plan
-from zero_planner import checkpoint as ckpt
-from zero_planner.launch import check_rendezvous, free_port
-from zero_planner.plan import save_plan
+
+from zero_planner.planfile import save_plan
+from zero_planner.run import checkpoint as ckpt
+from zero_planner.run.launcher import free_port
+from zero_planner.run.preflight import check_rendezvous
 
 STEPS, SAVE_EVERY = 4, 2
 NODE_TIMEOUT_S = 300

@@ -1,13 +1,13 @@
-"""NCCL's buffers per rank from its defaults (zero_planner/nccl.py): exact hand-computed values."""
+"""NCCL's buffers per rank from its defaults (zero_planner/plan/nccl.py): exact hand-computed values."""
 
 from __future__ import annotations
 
 import pytest
-
 from conftest import LLAMA_TINY, heavy_modules_after
-from zero_planner.memory import CUDA_CONTEXT_BYTES, Workload, estimate_memory
+
 from zero_planner.models.spec import spec_from_config
-from zero_planner.nccl import CONNECTION_BYTES, LL128_BUFFSIZE_BYTES, LL_BUFFSIZE_BYTES, nccl_buffer_bytes, note
+from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, Workload, estimate_memory
+from zero_planner.plan.nccl import CONNECTION_BYTES, LL128_BUFFSIZE_BYTES, LL_BUFFSIZE_BYTES, nccl_buffer_bytes, note
 from zero_planner.strategies import STRATEGIES
 
 MiB = 2**20
@@ -56,4 +56,4 @@ def test_note_names_every_factor():
 
 
 def test_import_is_light():
-    assert heavy_modules_after("import zero_planner.nccl") == []
+    assert heavy_modules_after("import zero_planner.plan.nccl") == []

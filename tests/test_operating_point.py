@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.gpu_harness import host_budget_bytes, host_need_bytes
 from benchmarks.operating_point import operating_cases
-from zero_planner.memory import CUDA_CONTEXT_BYTES, GiB
+from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, GiB
 
 
 def test_cases_carry_the_emulated_card_and_the_planned_host_memory():

@@ -11,19 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zero_planner import planner
 from zero_planner.errors import InputError
 from zero_planner.hardware import parse_gpus
-from zero_planner.memory import MemoryEstimate, Workload, estimate_memory
 from zero_planner.models.spec import load_model_spec
-from zero_planner.plan import Plan
-from zero_planner.planner import (
-    batch_shape,
-    gpu_limit_bytes,
-    host_limit_bytes,
-    largest_fitting,
-    plan,
-)
+from zero_planner.plan import options
+from zero_planner.plan.checks import resolve_precision
+from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes
+from zero_planner.plan.memory import MemoryEstimate, Workload, estimate_memory
+from zero_planner.plan.reference_configs import DS_CONFIGS_DIR
+from zero_planner.plan.search import MAX_MICRO_BATCH, SPEED_TIE, batch_shape, largest_fitting, plan
+from zero_planner.plan.userconfig import estimate_config
+from zero_planner.planfile import Plan
 from zero_planner.strategies import STRATEGIES
 
 GIB = 2**30
@@ -55,7 +53,7 @@ class FakeMemory:
 @pytest.fixture
 def fake(monkeypatch):
     memory = FakeMemory()
-    monkeypatch.setattr(planner, "estimate_memory", memory)
+    monkeypatch.setattr(options, "estimate_memory", memory)
     return memory
 
 
@@ -92,7 +90,7 @@ def test_micro_batch_is_the_largest_under_the_margin(fake):
             GPT2,
             STRATEGIES["2"],
             replace(
-                planner._Evaluator(
+                options.Evaluator(
                     GPT2, cluster, seq_len=1024, precision="fp16", method="full", task="causal-lm"
                 ).workload(False, 8)
             ),
@@ -126,7 +124,7 @@ def test_cap_and_given_micro_batch(fake):
     fake.base = dict.fromkeys(fake.base, 0)
     fake.per_sample = 0.01
     result = plan(GPT2, t4s(), seq_len=1024, stage="0", grad_ckpt=False)
-    assert result.chosen.micro_batch_size == planner.MAX_MICRO_BATCH
+    assert result.chosen.micro_batch_size == MAX_MICRO_BATCH
     assert "capped" in result.chosen.reason
     given_ = plan(GPT2, t4s(), seq_len=1024, stage="0", grad_ckpt=False, micro_batch=3)
     assert given_.chosen.micro_batch_size == 3
@@ -231,7 +229,7 @@ def test_nothing_fits_suggests_more_gpus(fake):
         total = int((40 / workload.world_size + 1) * GIB) if strategy.stage == 3 else 100 * GIB
         return MemoryEstimate(0, 0, 0, 0, 0, 0, total, total, GIB, ())
 
-    planner.estimate_memory = sharded  # restored by the fixture's monkeypatch
+    options.estimate_memory = sharded  # restored by the fixture's monkeypatch
     result = plan(LLAMA3_8B, t4s(), seq_len=2048)
     line = next(a for a in result.advice if a.startswith("more GPUs"))
     assert "--gpus 4xT4" in line  # 40/4 + 1 = 11 GiB <= 14.06; 40/3 + 1 = 14.3 does not
@@ -263,11 +261,11 @@ def test_bad_input_is_an_input_error(fake, kw, message):
 
 
 def test_precision_auto():
-    assert planner.resolve_precision("auto", t4s()) == "fp16"
-    assert planner.resolve_precision("auto", parse_gpus("1xA100")) == "bf16"
-    assert planner.resolve_precision("auto", parse_gpus("cpu:2", "8GiB")) == "fp32"
+    assert resolve_precision("auto", t4s()) == "fp16"
+    assert resolve_precision("auto", parse_gpus("1xA100")) == "bf16"
+    assert resolve_precision("auto", parse_gpus("cpu:2", "8GiB")) == "fp32"
     with pytest.raises(InputError, match="fp16"):
-        planner.resolve_precision("fp16", parse_gpus("cpu:2", "8GiB"))
+        resolve_precision("fp16", parse_gpus("cpu:2", "8GiB"))
 
 
 # --- the plan file -------------------------------------------------------------------------------------------
@@ -295,11 +293,11 @@ def test_plan_file_fields(fake):
 
 
 def test_estimate_config_reads_the_file(fake):
-    config = json.loads((planner.DS_CONFIGS_DIR / "zero3_fp16_offload_optimizer.json").read_text())
+    config = json.loads((DS_CONFIGS_DIR / "zero3_fp16_offload_optimizer.json").read_text())
     config["train_micro_batch_size_per_gpu"] = 2
     config["gradient_accumulation_steps"] = 4
     config["train_batch_size"] = 16
-    est = planner.estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
     workload = fake.calls[-1][1]
     assert fake.calls[-1][0] == "3-offload"
     assert (workload.micro_batch_size, workload.gradient_accumulation_steps, workload.precision) == (2, 4, "fp16")
@@ -311,7 +309,7 @@ def test_estimate_config_reads_the_file(fake):
 def test_estimate_config_judges_without_margin(fake):
     fake.base["2"] = 12.5  # 14.5 GiB with 2 samples: inside the margin, under the capacity
     config = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}, "fp16": {"enabled": True}}
-    est = planner.estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
     assert est.fits and 0 < est.gpu_headroom_bytes < GIB
     assert any("safety margin" in n for n in est.notes)
 
@@ -334,12 +332,12 @@ def test_estimate_config_judges_without_margin(fake):
 )
 def test_estimate_config_bad_files(fake, config, message):
     with pytest.raises(InputError, match=re.escape(message)):
-        planner.estimate_config(GPT2, t4s(), config, seq_len=1024)
+        estimate_config(GPT2, t4s(), config, seq_len=1024)
 
 
 def test_estimate_config_batch_mismatch_is_said_and_fixed(fake):
     config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 5}
-    est = planner.estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
     assert any(
         "train_batch_size(5) != train_micro_batch_size_per_gpu(2) * gradient_accumulation_steps(1) * world_size(2)" in n
         for n in est.notes
@@ -356,7 +354,7 @@ def test_estimate_config_auto_values_become_concrete(fake):
         "fp16": {"enabled": "auto"},
         "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
     }
-    est = planner.estimate_config(GPT2, t4s(), config, seq_len=1024, micro_batch=2)
+    est = estimate_config(GPT2, t4s(), config, seq_len=1024, micro_batch=2)
     ds = est.plan.deepspeed_config
     assert (ds["train_micro_batch_size_per_gpu"], ds["train_batch_size"]) == (2, 4)
     assert ds["fp16"]["enabled"] is True and ds["bf16"]["enabled"] is False
@@ -413,7 +411,7 @@ def test_real_plan_micro_batch_is_the_largest_fitting(real_memory):
     assert result.fits
     limit = gpu_limit_bytes(cluster.gpu.memory_bytes)
     for option in result.options:
-        if option.fits and option.micro_batch_size < planner.MAX_MICRO_BATCH:
+        if option.fits and option.micro_batch_size < MAX_MICRO_BATCH:
             w = Workload(
                 option.micro_batch_size + 1,
                 2048,
@@ -433,9 +431,9 @@ def test_a_speed_tie_goes_to_the_simpler_candidate():
     result = plan(LLAMA3_8B, parse_gpus("2xT4", 29 * GIB), seq_len=2048, method="qlora", grad_ckpt=True)
     fitting = [o for o in result.options if o.fits]
     fastest = max(o.tokens_per_second for o in fitting)
-    assert result.chosen.tokens_per_second >= fastest * (1 - planner.SPEED_TIE)
+    assert result.chosen.tokens_per_second >= fastest * (1 - SPEED_TIE)
     assert result.chosen.strategy.name == "0" and result.chosen.tokens_per_second < fastest
-    assert min(o.tokens_per_second for o in fitting) < fastest * (1 - planner.SPEED_TIE)  # not all tied
+    assert min(o.tokens_per_second for o in fitting) < fastest * (1 - SPEED_TIE)  # not all tied
 
 
 def test_lora_with_parameter_offload_is_left_out_as_deepspeed_fails_it():

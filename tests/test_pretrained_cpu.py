@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LLAMA_TINY, ROOT
 
 from benchmarks.hub_cache import CHAT_TEMPLATE, build_tokenizer, documents, snapshot_folder
-from conftest import LLAMA_TINY, ROOT
 from zero_planner.launch import main as zero_run
 
 HUB_ID = "testorg/tiny-llama"
@@ -93,9 +93,9 @@ def first_batch_loss(plan_path: Path, snapshot: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from zero_planner.data import BlockOrder, load_lm_splits
-    from zero_planner.plan import load_plan
-    from zero_planner.tokenizer import HFTokenizer
+    from zero_planner.planfile import load_plan
+    from zero_planner.run.data import BlockOrder, load_lm_splits
+    from zero_planner.run.tokenizer import HFTokenizer
 
     plan = load_plan(plan_path)
     t = plan.training
@@ -208,7 +208,7 @@ def test_missing_weights_offline_name_the_fix(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
     from zero_planner.errors import InputError
-    from zero_planner.modeling import resolve_pretrained
+    from zero_planner.run.modeling import resolve_pretrained
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -222,7 +222,7 @@ def test_missing_weights_offline_name_the_fix(tmp_path, monkeypatch):
 
 def test_a_bare_config_has_no_tokenizer_unless_asked():
     from zero_planner.errors import InputError
-    from zero_planner.tokenizer import ByteTokenizer, load_tokenizer
+    from zero_planner.run.tokenizer import ByteTokenizer, load_tokenizer
 
     with pytest.raises(InputError, match="--tokenizer bytes"):
         load_tokenizer(LLAMA_TINY, None, model_name="llama-tiny.json")

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import GIB, heavy_modules_after, make_candidate, make_plan
 
-from zero_planner import launch, probe
-from zero_planner.plan import load_plan, save_plan
-from zero_planner.probe import RunOutcome
+from zero_planner import launch
+from zero_planner import probe as probe_ranks
+from zero_planner.planfile import load_plan, save_plan
+from zero_planner.run import launcher, preflight, probe
+from zero_planner.run.probe import RunOutcome
 
 # Candidates as the planner would rank them: 2 chosen (fastest predicted), then 3, then 1; 0 does not fit.
 CANDIDATES = [
@@ -258,10 +260,10 @@ def test_outcome_of_a_launch(tmp_path, rc, signals, log, files, expected):
 
 
 def test_probe_rank_module_skips_what_train_writes():
-    from zero_planner import train
+    from zero_planner.run import train
 
-    assert all(callable(getattr(train, name, None)) for name in probe.SKIPPED_WRITES)
-    assert heavy_modules_after("import zero_planner.probe") == []
+    assert all(callable(getattr(train, name, None)) for name in probe_ranks.SKIPPED_WRITES)
+    assert heavy_modules_after("import zero_planner.probe, zero_planner.run.probe") == []
 
 
 # --- the commands ---
@@ -307,9 +309,9 @@ def fake_launches(monkeypatch):
     runner = FakeRunner(tps={"2": 300.0, "3": 700.0, "1": 100.0})
     monkeypatch.setattr(probe, "LaunchRunner", lambda *a, **kw: runner)
     spawned = []
-    monkeypatch.setattr(launch, "_spawn", lambda argv, env, **kw: spawned.append(argv) or (0, 0))
-    machine = launch.Machine(gpus=None, host_available_bytes=64 * GIB, disk_free_bytes=10**15)
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: machine)
+    monkeypatch.setattr(launcher, "spawn", lambda argv, env, **kw: spawned.append(argv) or (0, 0))
+    machine = preflight.Machine(gpus=None, host_available_bytes=64 * GIB, disk_free_bytes=10**15)
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: machine)
     return runner, spawned
 
 
@@ -405,15 +407,15 @@ def test_probes_two_tiny_candidates_on_two_cpu_ranks(tmp_path, monkeypatch, caps
 
 
 def test_probe_ranks_run_train_without_its_writes(monkeypatch):
-    from zero_planner import train
+    from zero_planner.run import train
 
-    originals = {name: getattr(train, name) for name in probe.SKIPPED_WRITES}
+    originals = {name: getattr(train, name) for name in probe_ranks.SKIPPED_WRITES}
     for name, function in originals.items():
         monkeypatch.setattr(train, name, function)  # restored after the test
     seen = {}
     monkeypatch.setattr(train, "main", lambda: seen.update({n: getattr(train, n) for n in originals}) or 0)
     monkeypatch.setattr(train, "_exit_cleanly", lambda code: seen.update(code=code))
-    probe.rank_main()
+    probe_ranks.rank_main()
     assert seen.pop("code") == 0
     assert all(seen[name] is not originals[name] and seen[name]() is None for name in originals)
 
@@ -433,12 +435,12 @@ def test_probe_launches_get_a_parsable_cuda_arch_list(tmp_path, monkeypatch, cap
     """Seen on a lent H100 (TORCH_CUDA_ARCH_LIST=9.0a): zero-run fixed it for training, but every probe
     candidate failed with "invalid literal for int() with base 10: '0a'" in DeepSpeed's fused-Adam build."""
     plan = probe_plan()
-    h100 = launch.Machine(gpus=[("NVIDIA H100 80GB HBM3", 80 * GIB)] * plan.hardware.gpus_per_node,
+    h100 = preflight.Machine(gpus=[("NVIDIA H100 80GB HBM3", 80 * GIB)] * plan.hardware.gpus_per_node,
                           host_available_bytes=100 * GIB, disk_free_bytes=100 * GIB, capabilities=[(9, 0)])  # fmt: skip
     monkeypatch.setattr(probe, "_machine", lambda *a, **kw: h100)
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
     seen = []
-    monkeypatch.setattr(launch, "_spawn", lambda argv, env, **kw: (seen.append(env), (1, 0))[1])
+    monkeypatch.setattr(launcher, "spawn", lambda argv, env, **kw: (seen.append(env), (1, 0))[1])
     probe.LaunchRunner(workdir=tmp_path, steps=3)(plan)
     assert seen and seen[0]["TORCH_CUDA_ARCH_LIST"] == "9.0"
     assert "TORCH_CUDA_ARCH_LIST='9.0a'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""run_report.html (zero_planner/report_page.py): what it draws, read from the markup and from what headless
+"""run_report.html (zero_planner/run/report_page.py): what it draws, read from the markup and from what headless
 Chromium lays out and paints (Debian's `chromium` package; .ci/run installs it, the test is skipped without it)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from conftest import GIB, make_plan
-from zero_planner.report import build_run_report
-from zero_planner.report_page import PAGE_NAME, main, nice_ticks, render_page, write_page
+
+from zero_planner.run.report import build_run_report
+from zero_planner.run.report_page import PAGE_NAME, main, nice_ticks, render_page, write_page
 
 STEPS, EVAL_EVERY, WARMUP = 30, 10, 1
 PHASES = ("load", "initialize", "train", "eval", "save", "export")

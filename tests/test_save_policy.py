@@ -11,14 +11,16 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import GIB, make_plan
-from zero_planner import checkpoint as ckpt
-from zero_planner import launch
+
 from zero_planner.errors import InputError
-from zero_planner.launch import Machine, disk_problem, main, preflight, run_disk_need
-from zero_planner.plan import Plan, TrainingInfo, save_plan
-from zero_planner.training_args import apply_save_args
+from zero_planner.launch import main
+from zero_planner.plan import saves
+from zero_planner.planfile import Plan, TrainingInfo, save_plan
+from zero_planner.run import checkpoint as ckpt
+from zero_planner.run import launcher, preflight
+from zero_planner.run.preflight import Machine, disk_problem, run_disk_need
+from zero_planner.run.training_args import apply_save_args
 
 B, F = 10**9, 10**6  # a billion-parameter model and a million trainable (adapter) parameters
 
@@ -45,7 +47,7 @@ B, F = 10**9, 10**6  # a billion-parameter model and a million trainable (adapte
 )
 def test_checkpoint_bytes_per_stage(stage, precision, frozen_excluded, expected):
     trainable = F if frozen_excluded else B
-    assert ckpt.checkpoint_bytes(B, trainable, precision, frozen_excluded=frozen_excluded, stage=stage) == expected
+    assert saves.checkpoint_bytes(B, trainable, precision, frozen_excluded=frozen_excluded, stage=stage) == expected
 
 
 @pytest.mark.parametrize(
@@ -61,9 +63,9 @@ def test_checkpoint_bytes_per_stage(stage, precision, frozen_excluded, expected)
     ],
 )
 def test_checkpoint_saves(max_steps, save_every, start_step, expected):
-    assert ckpt.checkpoint_saves(max_steps, save_every, start_step) == expected
+    assert saves.checkpoint_saves(max_steps, save_every, start_step) == expected
     if expected:  # the same count as checkpoint_due over the run, which the training loop asks
-        due = [s for s in range(start_step + 1, max_steps + 1) if ckpt.checkpoint_due("steps", s, max_steps, save_every)]
+        due = [s for s in range(start_step + 1, max_steps + 1) if saves.checkpoint_due("steps", s, max_steps, save_every)]
         assert len(due) == expected
 
 
@@ -79,9 +81,9 @@ def test_checkpoint_saves(max_steps, save_every, start_step, expected):
     ],
 )
 def test_what_each_policy_writes(save, step, stopping, due, exported, exported_if_stopped):
-    assert ckpt.checkpoint_due(save, step, 20, 10, stopping=stopping) == due
-    assert ckpt.exports_model(save, interrupted=False) == exported
-    assert ckpt.exports_model(save, interrupted=True) == exported_if_stopped
+    assert saves.checkpoint_due(save, step, 20, 10, stopping=stopping) == due
+    assert saves.exports_model(save, interrupted=False) == exported
+    assert saves.exports_model(save, interrupted=True) == exported_if_stopped
 
 
 # --- what a run writes at most ---
@@ -91,26 +93,26 @@ def test_disk_need_counts_this_runs_checkpoints_limit_and_export():
     one = B * 14  # bf16, stage 2
     export = B * 2
     # 100 steps, a checkpoint every 10: 10 saves; limit 2 keeps 2 plus the one being written before pruning.
-    need = ckpt.disk_need(B, B, "bf16", stage=2, save="steps", save_every=10, save_total_limit=2, max_steps=100)
+    need = saves.disk_need(B, B, "bf16", stage=2, save="steps", save_every=10, save_total_limit=2, max_steps=100)
     assert (need.checkpoint_bytes, need.checkpoints, need.export_bytes) == (one, 3, export)
     assert need.total_bytes == 3 * one + export
     # fewer saves than the limit allows: only those
-    assert ckpt.disk_need(B, B, "bf16", stage=2, save_every=50, save_total_limit=5, max_steps=100).checkpoints == 2
+    assert saves.disk_need(B, B, "bf16", stage=2, save_every=50, save_total_limit=5, max_steps=100).checkpoints == 2
     # a resume at step 95 writes the last one only
-    assert ckpt.disk_need(B, B, "bf16", stage=2, save_every=10, max_steps=100, start_step=95).total_bytes == one + export
+    assert saves.disk_need(B, B, "bf16", stage=2, save_every=10, max_steps=100, start_step=95).total_bytes == one + export
     # unknown length (--epochs): the limit decides
-    assert ckpt.disk_need(B, B, "bf16", stage=2, save_total_limit=4, max_steps=0).checkpoints == 5
-    assert ckpt.disk_need(B, B, "bf16", stage=2, save="final", max_steps=100).total_bytes == export
-    assert ckpt.disk_need(B, B, "bf16", stage=2, save="none", max_steps=100).total_bytes == 0
+    assert saves.disk_need(B, B, "bf16", stage=2, save_total_limit=4, max_steps=0).checkpoints == 5
+    assert saves.disk_need(B, B, "bf16", stage=2, save="final", max_steps=100).total_bytes == export
+    assert saves.disk_need(B, B, "bf16", stage=2, save="none", max_steps=100).total_bytes == 0
     # LoRA at stage 2 also exports the merged model; checkpoints hold the adapters alone
-    lora = ckpt.disk_need(B, F, "bf16", stage=2, adapters=True, merged_export=True, save_every=10, max_steps=10)
+    lora = saves.disk_need(B, F, "bf16", stage=2, adapters=True, merged_export=True, save_every=10, max_steps=10)
     assert lora.total_bytes == F * 14 + (F * 2 + B * 2)
 
 
 def test_default_run_disk_bytes_is_unchanged_for_its_callers():
     # benchmarks/phases.py sizes its cases with it: KEEP_CHECKPOINTS + 1 of the largest checkpoint, the export.
-    assert ckpt.run_disk_bytes(B, B, "bf16") == (ckpt.KEEP_CHECKPOINTS + 1) * B * 14 + B * 2
-    assert ckpt.run_disk_bytes(B, B, "bf16", checkpoints=False) == B * 2
+    assert saves.run_disk_bytes(B, B, "bf16") == (saves.KEEP_CHECKPOINTS + 1) * B * 14 + B * 2
+    assert saves.run_disk_bytes(B, B, "bf16", checkpoints=False) == B * 2
 
 
 def seven_b_plan(**training) -> Plan:
@@ -153,16 +155,16 @@ def test_preflight_counts_the_resume_step_and_qlora_scratch(tmp_path):
     full = run_disk_need(plan).total_bytes
     assert run_disk_need(plan, start_step=90).total_bytes == full - 5 * plan.model.params * 14
     roomy = Machine(gpus=[("NVIDIA H200", 150 * 10**9)], host_available_bytes=500 * GIB, disk_free_bytes=full)
-    assert preflight(plan, roomy, output_dir=str(tmp_path)) == []
+    assert preflight.preflight(plan, roomy, output_dir=str(tmp_path)) == []
     short = Machine(gpus=roomy.gpus, host_available_bytes=500 * GIB, disk_free_bytes=full - 1)
-    assert len(preflight(plan, short, output_dir=str(tmp_path))) == 1
-    assert preflight(plan, short, output_dir=str(tmp_path), start_step=90) == []
+    assert len(preflight.preflight(plan, short, output_dir=str(tmp_path))) == 1
+    assert preflight.preflight(plan, short, output_dir=str(tmp_path), start_step=90) == []
 
 
 def test_zero_run_refuses_in_one_line_then_runs_with_the_setting_named(tmp_path, monkeypatch, capsys):
     spawned = []
-    monkeypatch.setattr(launch, "_spawn", lambda argv, env, **kw: (spawned.append(argv), (0, 0))[1])
-    monkeypatch.setattr(launch, "probe_machine", lambda plan, output_dir: Machine(
+    monkeypatch.setattr(launcher, "spawn", lambda argv, env, **kw: (spawned.append(argv), (0, 0))[1])
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: Machine(
         gpus=[("NVIDIA H200", 150 * 10**9)], host_available_bytes=500 * GIB, disk_free_bytes=60 * GIB))  # fmt: skip
     path = tmp_path / "plan.json"
     save_plan(seven_b_plan(output_dir=str(tmp_path / "run")), path)
@@ -224,7 +226,7 @@ def test_plans_without_a_save_field_keep_their_behaviour():
         training = {k: v for k, v in data["training"].items() if k not in ("save", "save_total_limit", "report_to")}
         training["save_every"] = save_every
         t = TrainingInfo.model_validate(training)
-        assert (t.save, t.save_total_limit, t.report_to) == (expected, ckpt.KEEP_CHECKPOINTS, [])
+        assert (t.save, t.save_total_limit, t.report_to) == (expected, saves.KEEP_CHECKPOINTS, [])
     with pytest.raises(ValueError, match="save 'steps' needs save_every above 0"):
         TrainingInfo.model_validate({**data["training"], "save": "steps", "save_every": 0})
 
@@ -297,7 +299,7 @@ def test_save_steps_keeps_the_limit_and_the_checkpoint_resumed_from(tmp_path):
     with safe_open(str(out / "final" / "model.safetensors"), "pt") as f:
         params = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
     written = sum(size for name, size in json.loads((checkpoints / "step6" / ckpt.MARKER).read_text())["manifest"].items())
-    predicted = ckpt.checkpoint_bytes(params, params, "fp32", stage=2)
+    predicted = saves.checkpoint_bytes(params, params, "fp32", stage=2)
     assert predicted <= written <= predicted * 1.01
     # Resume to step 8, a checkpoint every step, limit 1: step7 comes and goes, step6 (resumed from) stays.
     path = tmp_path / "plan.json"

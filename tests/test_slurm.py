@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import heavy_modules_after
-from zero_planner import launch, slurm
+
 from zero_planner.launch import main
+from zero_planner.run import launcher, slurm
 
 BASH = shutil.which("bash")
 
@@ -153,7 +153,7 @@ def test_slurm_writes_the_script_and_submits_it(gpu_plan_file, tmp_path, monkeyp
     (fake / "sbatch").chmod(0o755)
     monkeypatch.setenv("PATH", str(fake))
     spawned = []
-    monkeypatch.setattr(launch, "_spawn", lambda argv, env, **kw: spawned.append(argv) or (0, 0))
+    monkeypatch.setattr(launcher, "spawn", lambda argv, env, **kw: spawned.append(argv) or (0, 0))
     assert main([str(gpu_plan_file), "--slurm", "--submit"]) == 0
     assert spawned == [["sbatch", str(written)]]
 
@@ -187,4 +187,4 @@ def test_catalog_names_its_source():
 
 
 def test_import_is_light():
-    assert heavy_modules_after("import zero_planner.slurm") == []
+    assert heavy_modules_after("import zero_planner.run.slurm") == []

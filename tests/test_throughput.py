@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zero_planner import throughput
 from zero_planner.hardware import find_gpu
-from zero_planner.memory import Workload
 from zero_planner.models.spec import ModelSpec, load_model_spec, spec_from_config
+from zero_planner.plan import throughput
+from zero_planner.plan.memory import Workload
+from zero_planner.plan.throughput import estimate_step_time
 from zero_planner.strategies import STRATEGIES
-from zero_planner.throughput import estimate_step_time
 
 # A model with round numbers: 1e9 parameters (tied embeddings: every parameter is in a matmul), 10 layers,
 # attention width 1000.
@@ -254,8 +254,8 @@ def test_stage3_offload_brings_parameters_up_from_pageable_memory():
     """Measured (Llama-3.2-3B, H200, alone): ZeRO-3 with the optimizer offloaded is 1.1-1.6 s per step slower
     than ZeRO-2 offload at the same shape, and slower than offloading the parameters too; the difference is
     the 16-bit parameter copy from a fresh pageable buffer, w * P / STAGE3_OFFLOAD_COPY_BYTES_PER_S."""
-    from zero_planner.memory import trainable_params
-    from zero_planner.throughput import STAGE3_OFFLOAD_COPY_BYTES_PER_S
+    from zero_planner.plan.memory import trainable_params
+    from zero_planner.plan.throughput import STAGE3_OFFLOAD_COPY_BYTES_PER_S
 
     w = work()
     three = estimate_step_time(TOY, STRATEGIES["3-offload"], GPU, w)

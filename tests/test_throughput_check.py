@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.throughput_check import measured_cases, validate
 from benchmarks.throughput_fit import features, fit, predict
+from zero_planner.plan.throughput import estimate_step_time, load_calibration
 from zero_planner.strategies import STRATEGIES
-from zero_planner.throughput import estimate_step_time, load_calibration
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import pytest
 from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 
 from zero_planner.hardware import parse_gpus
-from zero_planner.models import trace_cache
-from zero_planner.models import activations
+from zero_planner.models import activations, trace_cache
 from zero_planner.models.activations import activation_coefficients
-from zero_planner.models.spec import count_params, load_model_spec, param_table, spec_from_config
-from zero_planner.planner import plan
+from zero_planner.models.count import count_params, param_table
+from zero_planner.models.spec import load_model_spec, spec_from_config
+from zero_planner.plan.search import plan
 
 
 @pytest.fixture

@@ -10,16 +10,20 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-
 from conftest import GIB, make_candidate, make_plan
-from zero_planner import checkpoint as ckpt
+
 from zero_planner.errors import InputError
 from zero_planner.launch import main
-from zero_planner.plan import save_plan
-from zero_planner.report import build_run_report, error_pct, next_choice, report_table
+from zero_planner.plan import saves
+from zero_planner.planfile import save_plan
+from zero_planner.run import checkpoint as ckpt
+from zero_planner.run import train
+from zero_planner.run.report import build_run_report, error_pct, next_choice, report_table
 
 STEPS = 12
 
@@ -60,15 +64,15 @@ def test_prune_keeps_the_newest_complete_ones(tmp_path):
 
 def test_checkpoint_bytes():
     # 1e9 params in bf16: 2 B weights + 12 B optimizer (fp32 master + Adam m + v) per parameter.
-    assert ckpt.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
-    assert ckpt.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
+    assert saves.checkpoint_bytes(10**9, 10**9, "bf16") == 14 * 10**9
+    assert saves.checkpoint_bytes(10**9, 10**6, "fp32") == 4 * 10**9 + 12 * 10**6
     # LoRA/QLoRA checkpoints leave the frozen base out (exclude_frozen_parameters)
-    assert ckpt.checkpoint_bytes(10**9, 10**6, "bf16", frozen_excluded=True) == 14 * 10**6
-    full = ckpt.run_disk_bytes(10**9, 10**9, "bf16")
-    assert full == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**9 + 2 * 10**9
-    qlora = ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True)
-    assert qlora == (ckpt.KEEP_CHECKPOINTS + 1) * 14 * 10**6 + 2 * 10**6
-    assert ckpt.run_disk_bytes(10**9, 10**6, "bf16", adapters=True, merged_export=True) == qlora + 2 * 10**9
+    assert saves.checkpoint_bytes(10**9, 10**6, "bf16", frozen_excluded=True) == 14 * 10**6
+    full = saves.run_disk_bytes(10**9, 10**9, "bf16")
+    assert full == (saves.KEEP_CHECKPOINTS + 1) * 14 * 10**9 + 2 * 10**9
+    qlora = saves.run_disk_bytes(10**9, 10**6, "bf16", adapters=True)
+    assert qlora == (saves.KEEP_CHECKPOINTS + 1) * 14 * 10**6 + 2 * 10**6
+    assert saves.run_disk_bytes(10**9, 10**6, "bf16", adapters=True, merged_export=True) == qlora + 2 * 10**9
 
 
 # --- report and OOM advice ---
@@ -121,7 +125,7 @@ def test_run_report_rows_and_table():
 
 def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
     from zero_planner import launch
-    from zero_planner.train import record_oom
+    from zero_planner.run.train import record_oom
 
     plan = make_plan("2", micro_batch_size=8, peak_bytes=12 * GIB, total_bytes=14 * GIB)
     record = record_oom(plan, tmp_path, rank=1, phase="backward", step=3, error=MemoryError("CUDA out of memory"))
@@ -137,7 +141,7 @@ def test_oom_is_recorded_and_explained_by_zero_run(tmp_path, plan_file, capsys):
 
 
 def test_synthetic_classification_is_deterministic_and_uses_every_class():
-    from zero_planner.data import synthetic_classification
+    from zero_planner.run.data import synthetic_classification
 
     texts, labels = synthetic_classification(4, 400, seed=5)
     assert (texts, labels) == synthetic_classification(4, 400, seed=5)
@@ -147,7 +151,7 @@ def test_synthetic_classification_is_deterministic_and_uses_every_class():
 
 
 def test_classification_files_with_int_or_named_labels(tmp_path):
-    from zero_planner.data import load_classification_dataset
+    from zero_planner.run.data import load_classification_dataset
 
     (tmp_path / "d.csv").write_text("body,label\ngreat film,pos\nawful film,neg\nfine film,pos\n")
     ds = load_classification_dataset(str(tmp_path / "d.csv"), "body", num_labels=2)
@@ -168,8 +172,8 @@ def test_classification_files_with_int_or_named_labels(tmp_path):
 def test_classification_rows_are_padded_with_a_mask():
     import datasets
 
-    from zero_planner.data import pad_ids, pad_token_id_for, tokenize_and_pad
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pad_ids, pad_token_id_for, tokenize_and_pad
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     assert pad_ids([5, 6, 7], 5, 0) == ([5, 6, 7, 0, 0], [1, 1, 1, 0, 0])
     assert pad_ids([5, 6, 7], 2, 0) == ([5, 6], [1, 1])
@@ -182,12 +186,104 @@ def test_classification_rows_are_padded_with_a_mask():
 
 
 def test_qlora_on_cpu_is_refused_in_one_line(plan_file, capsys, monkeypatch):
-    from zero_planner import train
-
     monkeypatch.delenv("RANK", raising=False)
     assert train.main(["--plan", str(plan_file(method="qlora"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zero-run: error: QLoRA needs a CUDA GPU with bitsandbytes") and err.count("\n") == 1
+
+
+# --- the steps of train(), one at a time (no deepspeed) ---
+
+
+@dataclass
+class OneRank:
+    """One rank's view of a process group that is not there: all_ok answers as if every other rank said `others_ok`."""
+
+    rank: int = 0
+    world_size: int = 2
+    local_rank: int = 0
+    others_ok: bool = True
+    checkpoint_writer: bool = True
+
+    def all_ok(self, ok: bool) -> bool:
+        return ok and self.others_ok
+
+
+def test_load_inputs_reads_the_plans_tokenizer_and_data():
+    plan = make_plan("2", seq_len=64)
+    inputs = train._load_inputs(plan, OneRank())
+    assert (inputs.source, inputs.weights, inputs.pad_token_id, inputs.eval_blocks) == (None, None, None, None)
+    assert inputs.data_format == "text" and inputs.tokenizer.name == "byte-level"  # llama-tiny names no tokenizer
+    assert len(inputs.blocks) > 1000 and {len(row) for row in inputs.blocks["input_ids"][:50]} == {64}
+    rank0, rank1 = (train._block_order(plan, OneRank(rank=r), len(inputs.blocks)) for r in (0, 1))
+    assert len(rank0.micro_batch(0)) == 4 and set(rank0.micro_batch(0)).isdisjoint(rank1.micro_batch(0))
+
+
+def test_load_inputs_bad_data_stops_every_rank_with_one_error(tmp_path):
+    plan = make_plan("2", dataset=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(InputError, match="missing.jsonl"):
+        train._load_inputs(plan, OneRank(rank=0))  # rank 0 says what is wrong
+    with pytest.raises(InputError, match="rank 0 could not prepare the weights, tokenizer or data"):
+        train._load_inputs(plan, OneRank(rank=1, others_ok=False))  # the others read nothing and leave
+
+
+def test_run_ds_config_points_the_monitor_into_the_output_folder(tmp_path):
+    plan = make_plan("2", report_to=["csv"])
+    out = tmp_path / "run"
+    ds_config, node_local = train._run_ds_config(plan, out, OneRank())
+    assert out.is_dir() and not node_local and "checkpoint" not in ds_config
+    assert ds_config["csv_monitor"]["enabled"] and ds_config["csv_monitor"]["output_path"] == str(out.absolute() / "logs")
+    assert {k: v for k, v in ds_config.items() if k != "csv_monitor"} == plan.deepspeed_config  # nothing else changes
+
+
+@pytest.mark.parametrize("step,start_step,warm,max_steps,counts", [
+    (1, 0, 2, 10, False), (2, 0, 2, 10, False), (3, 0, 2, 10, True),  # the first `warm` steps are left out
+    (6, 4, 2, 10, False), (7, 4, 2, 10, True),  # counted from where a resumed run starts
+    (1, 0, 2, 2, True), (2, 0, 2, 2, True),  # a run no longer than the warm-up counts every step
+])  # fmt: skip
+def test_counts_for_speed(step, start_step, warm, max_steps, counts):
+    assert train.counts_for_speed(step, start_step=start_step, warm=warm, max_steps=max_steps) is counts
+
+
+@pytest.mark.parametrize("step,eval_every,saving,stopping,due", [
+    (10, 0, False, False, True),  # the last step
+    (4, 0, True, False, True), (4, 0, False, False, False),  # eval_every 0: with each checkpoint
+    (6, 3, False, False, True), (4, 3, True, False, False),  # every eval_every steps, checkpoints aside
+    (10, 0, True, True, False),  # stopping: the checkpoint only
+])  # fmt: skip
+def test_eval_due(step, eval_every, saving, stopping, due):
+    assert train.eval_due(step, max_steps=10, eval_every=eval_every, saving=saving, stopping=stopping) is due
+
+
+def test_step_info_is_the_runs_speed_after_the_warmup():
+    state = train.LoopState(step=4, losses=[3.0] * 4, timed_s=2.0, timed_steps=2)
+    info = train._step_info(state, step_loss=2.5, step_lr=1e-3, elapsed=0.5, tokens_per_step=4096, max_steps=10,
+                            on_cuda=False)  # fmt: skip
+    # 4096 tokens x 2 timed steps / 2.0 s; 6 steps left at 1.0 s a step.
+    assert info.startswith("loss 2.5000  lr 1.00e-03  4,096 tok/s  eta 0:06  mem rss ")
+    early = train._step_info(train.LoopState(step=1, losses=[3.0]), step_loss=3.0, step_lr=0.0, elapsed=0.25,
+                             tokens_per_step=4096, max_steps=10, on_cuda=False)  # fmt: skip
+    assert "16,384 tok/s  eta 0:02" in early  # before any step counts: this step's own speed
+
+
+def test_run_report_adds_the_loop_and_the_data_to_the_report():
+    plan = make_plan("2", micro_batch_size=4, seq_len=64)  # 2 ranks x 4 x 64 = 512 tokens a step
+    state = train.LoopState(step=3, losses=[3.0, 2.0, 1.5], stopping=15, timed_s=0.5, timed_steps=1,
+                            eval_losses=[{"step": 2, "loss": 2.2}], step_times=[0.9, 0.6, 0.5])  # fmt: skip
+    inputs = train.RunInputs(source=None, weights=None, tokenizer=SimpleNamespace(name="byte-level"),
+                             pad_token_id=None, blocks=[0] * 100, eval_blocks=None, data_format="text")  # fmt: skip
+    ranks = [{"rank": r, "peak_allocated_bytes": None, "host_rss_bytes": GIB} for r in (1, 0)]
+    report = train.run_report(plan, ranks, state, inputs, warm=1, node_local=False, device="cpu", versions={})
+    assert report["status"] == "interrupted" and report["losses"] == [3.0, 2.0, 1.5]
+    assert report["tokens_per_second"] == 1024.0  # 512 tokens x 1 timed step / 0.5 s
+    assert report["eval_losses"] == state.eval_losses and report["step_times_s"] == [0.9, 0.6, 0.5]
+    assert report["warmup_steps"] == 1 and report["nodes"] == 1 and report["checkpoint_storage"] == "shared"
+    assert report["data"] == {"dataset": "synthetic", "format": "text", "blocks": 100, "tokenizer": "byte-level",
+                              "init": plan.model.init, "load_path": None}  # fmt: skip
+    untimed = train.run_report(plan, ranks, train.LoopState(step=1, losses=[3.0]), inputs, warm=1, node_local=True,
+                               device="cpu", versions={})  # fmt: skip
+    assert untimed["tokens_per_second"] is None and untimed["status"] == "ok"
+    assert untimed["checkpoint_storage"] == "node-local"
 
 
 # --- real runs (slow) ---
@@ -220,8 +316,8 @@ def final_model_loss(final_dir: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from zero_planner.data import pack_ids, synthetic_texts
-    from zero_planner.tokenizer import ByteTokenizer
+    from zero_planner.run.data import pack_ids, synthetic_texts
+    from zero_planner.run.tokenizer import ByteTokenizer
 
     model, info = AutoModelForCausalLM.from_pretrained(str(final_dir), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, make_plan
+
 from zero_planner.cli import main as zero_plan
-from zero_planner.data import IGNORE_INDEX, check_columns, detect_format, encode_prompt_response, pack_labeled
 from zero_planner.errors import InputError
-from zero_planner.tokenizer import ByteTokenizer
+from zero_planner.run.data import IGNORE_INDEX, check_columns, detect_format, encode_prompt_response, pack_labeled
+from zero_planner.run.tokenizer import ByteTokenizer
 
 TINY = str(ROOT / "benchmarks" / "model_configs" / "llama-tiny.json")
 
@@ -108,7 +108,7 @@ def test_pack_labeled_drops_blocks_with_nothing_to_learn():
     [(50, None, 10.0, 50), (0, 2.0, 10.5, 21), (15, 2.0, 10.5, 15), (0, 0.01, 10.0, 1)],
 )
 def test_run_length(max_steps, epochs, per_epoch, expected):
-    from zero_planner.train import run_length
+    from zero_planner.run.train import run_length
 
     assert run_length(max_steps, epochs, per_epoch) == expected
 
@@ -124,7 +124,7 @@ def test_run_length(max_steps, epochs, per_epoch, expected):
 def test_lr_schedules(name, warmup, expected):
     import torch
 
-    from zero_planner.train import lr_scheduler_factory, warmup_steps_for
+    from zero_planner.run.train import lr_scheduler_factory, warmup_steps_for
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = lr_scheduler_factory(name, warmup_steps_for(warmup, 4), 4)(optimizer)
@@ -139,7 +139,7 @@ def test_lr_schedules(name, warmup, expected):
 def test_a_longer_resumed_run_follows_its_own_schedule():
     import torch
 
-    from zero_planner.train import lr_scheduler_factory, reapply_schedule
+    from zero_planner.run.train import lr_scheduler_factory, reapply_schedule
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     short = lr_scheduler_factory("linear", 0, 2)(optimizer)
@@ -155,8 +155,8 @@ def test_a_longer_resumed_run_follows_its_own_schedule():
 
 @pytest.mark.parametrize("extra, max_steps", [([], 0), (["--max-steps", "30"], 30)])
 def test_zero_run_epochs_override_lifts_the_plans_step_cap_unless_given(extra, max_steps):
-    from zero_planner.train import build_parser
-    from zero_planner.training_args import apply_training_args
+    from zero_planner.run.train import build_parser
+    from zero_planner.run.training_args import apply_training_args
 
     plan = make_plan(max_steps=50)
     args = build_parser().parse_args(["--plan", "p.json", "--epochs", "2", *extra])

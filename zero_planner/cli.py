@@ -1,4 +1,4 @@
-"""zero-plan: argument parsing and output only; the planning is zero_planner.planner's.
+"""zero-plan: argument parsing and output only; the planning is zero_planner.plan's (search.py, userconfig.py).
 
     zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 [-o plan.json] [--json]
     zero-plan --model gpt2 --gpus 1xT4 --ds-config my_ds.json      # will my existing config fit?
@@ -22,8 +22,14 @@ from pathlib import Path
 
 from zero_planner.errors import InputError, closest
 from zero_planner.hardware import GPU_SPEC_FORMS, parse_gpus
-from zero_planner.plan import Plan, plan_json, save_plan
-from zero_planner.training_args import add_training_arguments, apply_training_args, loads_weights, parsed_number, positive_int
+from zero_planner.planfile import Plan, plan_json, save_plan
+from zero_planner.run.training_args import (
+    add_training_arguments,
+    apply_training_args,
+    loads_weights,
+    parsed_number,
+    positive_int,
+)
 
 PROG = "zero-plan"
 DEFAULT_SEQ_LEN = 2048
@@ -65,6 +71,12 @@ def _choice(choices: Sequence[str]):
         raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}{hint}")
 
     return parse
+
+
+def _choice_option(parser: argparse.ArgumentParser, flag: str, choices: Sequence[str], *, default: str,
+                   help: str | None = None) -> None:  # fmt: skip
+    """Adds `flag`, one of `choices` (read as _choice reads it), shown in --help as {a,b,c}."""
+    parser.add_argument(flag, type=_choice(choices), default=default, metavar="{" + ",".join(choices) + "}", help=help)
 
 
 def _choices(choices: Sequence[str]):
@@ -143,33 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="force gradient checkpointing on or off (default: the planner tries both)",
     )
-    parser.add_argument(
-        "--precision",
-        type=_choice(PRECISION_CHOICES),
-        default="auto",
-        metavar="{" + ",".join(PRECISION_CHOICES) + "}",
-        help="auto: bf16 where the GPU has it, fp16 on T4/V100/P100, fp32 for cpu:N",
-    )
-    parser.add_argument(
-        "--stage",
-        type=_choice(STAGE_CHOICES),
-        default="auto",
-        metavar="{" + ",".join(STAGE_CHOICES) + "}",
-        help="ZeRO strategy (default auto: all seven)",
-    )
+    _choice_option(parser, "--precision", PRECISION_CHOICES, default="auto",
+                   help="auto: bf16 where the GPU has it, fp16 on T4/V100/P100, fp32 for cpu:N")  # fmt: skip
+    _choice_option(parser, "--stage", STAGE_CHOICES, default="auto", help="ZeRO strategy (default auto: all seven)")
     parser.add_argument(
         "--cpu-mem",
         default=None,
         metavar="SIZE",
         help="host memory per node available for offload, e.g. 29GiB (default: detected or assumed)",
     )
-    parser.add_argument(
-        "--method",
-        type=_choice(METHOD_CHOICES),
-        default="full",
-        metavar="{" + ",".join(METHOD_CHOICES) + "}",
-        help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits",
-    )
+    _choice_option(parser, "--method", METHOD_CHOICES, default="full",
+                   help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits")  # fmt: skip
     parser.add_argument("--lora-r", type=positive_int, default=16, metavar="R", help="LoRA rank (default 16)")
     parser.add_argument("--lora-alpha", type=positive_int, default=32, metavar="A", help="LoRA alpha (default 32)")
     parser.add_argument("--lora-dropout", type=_dropout, default=0.05, metavar="P", help="LoRA dropout (default 0.05)")
@@ -182,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--num-labels", type=positive_int, default=2, metavar="N", help="seq-cls: classes of the head (default 2)"
     )
-    parser.add_argument("--task", type=_choice(TASK_CHOICES), default="causal-lm", metavar="{causal-lm,seq-cls}")
+    _choice_option(parser, "--task", TASK_CHOICES, default="causal-lm")
     parser.add_argument(
         "--ds-config",
         default=None,
@@ -248,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tokens(text: str) -> int:
-    from zero_planner.compare import parse_tokens
+    from zero_planner.plan.compare import parse_tokens
 
     try:
         return parse_tokens(text)
@@ -261,7 +257,7 @@ def _dropout(text: str) -> float:
 
 
 def _lora_info(args: argparse.Namespace):
-    from zero_planner.plan import LoraInfo
+    from zero_planner.planfile import LoraInfo
 
     targets = args.lora_targets.strip()
     names = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
@@ -282,8 +278,9 @@ def ds_config_file(plan_path: str | Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Plans (or estimates --ds-config), prints the result and writes the files; returns the exit status."""
-    from zero_planner import planner, probe
     from zero_planner.models.spec import load_model_spec
+    from zero_planner.plan import search, userconfig
+    from zero_planner.run import probe
 
     if args.compare is not None:
         return run_compare(args)
@@ -298,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
                          "with a base model in the YAML)")  # fmt: skip
     cluster = parse_gpus(args.gpus, args.cpu_mem)
     calibration, host_note = _host_calibration(args)
-    ds_config = planner.read_ds_config(args.ds_config) if args.ds_config else None
+    ds_config = userconfig.read_ds_config(args.ds_config) if args.ds_config else None
     if imported is not None:
         ds_config, args.seq_len = imported.ds_config, imported.seq_len
     spec = load_model_spec(args.model)
@@ -315,13 +312,13 @@ def run(args: argparse.Namespace) -> int:
     plan_path = args.output or "plan.json"
 
     if imported is not None:
-        from zero_planner import importers
+        from zero_planner.plan import importers
 
         estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
                                       pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs)  # fmt: skip
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
-        estimate = planner.estimate_config(
+        estimate = userconfig.estimate_config(
             spec,
             cluster,
             ds_config,
@@ -341,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
     else:
-        result = planner.plan(
+        result = search.plan(
             spec,
             cluster,
             seq_len=seq_len,
@@ -367,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
     if fits:
         result_plan.notes += apply_training_args(result_plan, args, planning=True)
         if args.dataset or args.eval_split:
-            from zero_planner.data import check_local_data
+            from zero_planner.run.data import check_local_data
 
             check_local_data(result_plan.training)  # a malformed file: its name and line now, not inside a rank
     if fits and args.validate:
@@ -383,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(answer, indent=2))
         return EXIT_FITS if fits else EXIT_NOTHING_FITS
 
-    from zero_planner import render
+    from zero_planner.plan import render
 
     console = render.make_console(wide=args.wide)
     why = None
@@ -412,8 +409,8 @@ COMPARE_TOKENS = 10**9
 def run_compare(args: argparse.Namespace) -> int:
     """Plans the model on every --compare cluster, prints them ranked by time to train --tokens (and cost with
     --price); returns 0 when some cluster fits, 1 when none does."""
-    from zero_planner import compare
     from zero_planner.models.spec import load_model_spec
+    from zero_planner.plan import compare
 
     given = [flag for flag, value in (("--gpus", args.gpus), ("--ds-config", args.ds_config),
                                       ("--from-axolotl", args.from_axolotl),
@@ -450,8 +447,8 @@ def run_compare(args: argparse.Namespace) -> int:
                            model_name=args.model, lora=_lora_info(args), num_labels=args.num_labels)  # fmt: skip
     fits = any(row.fits for row in rows)
     if args.json:
-        from zero_planner.plan import SCHEMA_VERSION
-        from zero_planner.throughput import load_calibration
+        from zero_planner.plan.throughput import load_calibration
+        from zero_planner.planfile import SCHEMA_VERSION
 
         cal = load_calibration()
         print(json.dumps({
@@ -462,7 +459,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "clusters": [compare.row_json(row) for row in rows], "notes": notes,
         }, indent=2))  # fmt: skip
         return EXIT_FITS if fits else EXIT_NOTHING_FITS
-    from zero_planner import render
+    from zero_planner.plan import render
 
     console = render.make_console(wide=args.wide)
     render.print_comparison(console, rows, spec_name=args.model, spec=spec, tokens=tokens, seq_len=seq_len,
@@ -472,12 +469,12 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _host_calibration(args: argparse.Namespace):
     """Returns (step-time calibration, note) for this plan: with --gpus auto, the committed constants with this
-    machine's CPU Adam rate (measured once in a child process and cached: zero_planner/host_rates.py; the
+    machine's CPU Adam rate (measured once in a child process and cached: zero_planner/plan/host_rates.py; the
     measurement is announced on stderr); otherwise (None, None): the catalog's rate, the H100 host's."""
     if args.gpus.strip().lower() != "auto":
         return None, None
-    from zero_planner import host_rates
-    from zero_planner.throughput import load_calibration
+    from zero_planner.plan import host_rates
+    from zero_planner.plan.throughput import load_calibration
 
     cal = load_calibration()
     rate = host_rates.cpu_adam_rate(say=lambda text: print(f"{PROG}: {text}", file=sys.stderr, flush=True))
@@ -500,7 +497,7 @@ def _imported(args: argparse.Namespace):
         return None
     if len(given) > 1 or args.ds_config:
         raise InputError("give one of --ds-config, --from-axolotl, --from-llamafactory")
-    from zero_planner import importers
+    from zero_planner.plan import importers
 
     imported = importers.read_config(*given[0])
     args.model = args.model or imported.model
@@ -511,7 +508,7 @@ def _imported(args: argparse.Namespace):
 def _validate(plan: Plan, *, given: bool, quiet: bool) -> None:
     import contextlib
 
-    from zero_planner.dsconfig import validate_ds_config
+    from zero_planner.plan.dsconfig import validate_ds_config
 
     try:
         # DeepSpeed's logger writes to stdout, which --json keeps for the plan alone.
@@ -549,7 +546,7 @@ def export_dir(output: str | None, kind: str) -> Path:
 def _export(plan: Plan, kinds: Sequence[str], output: str | None) -> list[tuple[str, Path]]:
     """Writes the hand-off files of each of `kinds` (once each, in the order given) for `plan`; returns
     (kind, path) for every file written."""
-    from zero_planner import export
+    from zero_planner.plan import export
 
     written = []
     for kind in dict.fromkeys(kinds):
@@ -563,7 +560,7 @@ def _export(plan: Plan, kinds: Sequence[str], output: str | None) -> list[tuple[
 
 def _no_plan_json(result, estimate) -> dict:
     """Returns the --json answer when nothing fits: no plan, every candidate and what would fit."""
-    from zero_planner.planner import candidate
+    from zero_planner.plan.assemble import candidate
 
     if estimate is not None:
         data = estimate.plan.model_dump(mode="json")
@@ -575,7 +572,7 @@ def _no_plan_json(result, estimate) -> dict:
             "host_headroom_bytes": estimate.host_headroom_bytes,
             "plan": data,
         }
-    from zero_planner.plan import SCHEMA_VERSION
+    from zero_planner.planfile import SCHEMA_VERSION
 
     return {
         "schema_version": SCHEMA_VERSION,

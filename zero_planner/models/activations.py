@@ -32,7 +32,7 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from zero_planner.modeling import hf_config
+    from zero_planner.models.hf import hf_config
 
     class KeptBySdpaKernels(torch.autograd.Function):
         @staticmethod

@@ -2,7 +2,7 @@
 borrowed from the catalog: a config.json or a model folder of a known architecture plans without torch or
 transformers.
 
-    analytic_table(config)        -> spec.count_params(config) without its "built_with", or None
+    analytic_table(config)        -> count.count_params(config) without its "built_with", or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
     sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
 
@@ -14,7 +14,7 @@ Covered, as transformers' modeling_*.py builds them (_modules lists each layout'
 - mixtral: llama's attention, and for the MLP a router (experts x hidden) and every expert's gate_up and down
   matrices stacked in one tensor each;
 - gemma2: llama's modules with four RMSNorms per layer (before and after attention and MLP), tied by default;
-  built with eager attention (soft-capping), as spec._build_on_meta gets it;
+  built with eager attention (soft-capping), as count._build_on_meta gets it;
 - gpt2: learned positions, Conv1D c_attn (fused q/k/v) / c_proj / c_fc / c_proj with biases, LayerNorms with
   biases, lm_head tied to wte.
 Anything else (other model types, quantization, remote code, an option or a null this module does not know)
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from zero_planner.models.activations import TRACE_SEQ
+from zero_planner.models.catalog import catalog_entries
 
 Layout = Literal["llama", "phi3", "mixtral", "gemma2", "gpt2"]
 
@@ -60,7 +62,7 @@ class _Family:
     gate_up_proj), mixtral (a router and stacked experts for the MLP), gemma2 (4 RMSNorms), gpt2 (Conv1D c_attn,
     c_proj, c_fc, LayerNorms with biases, learned positions)."""
     attn_implementation: str = "sdpa"
-    """What spec._build_on_meta gets from transformers for this type (gemma2 is built with eager attention)."""
+    """What count._build_on_meta gets from transformers for this type (gemma2 is built with eager attention)."""
     keys: frozenset[str] = frozenset()
     """Keys of _FOREIGN this type reads itself (mixtral: num_local_experts)."""
     neutral: frozenset[str] = frozenset()
@@ -168,7 +170,7 @@ def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
         return None
     checked = c["head_dim"] is None or c["model_type"] in _HEADS_DIVIDE_HIDDEN
     if checked and c["hidden_size"] % c["num_attention_heads"]:
-        return None  # transformers rejects it; let it say so (spec.count_params turns that into an InputError)
+        return None  # transformers rejects it; let it say so (count.count_params turns that into an InputError)
     c["head_dim"] = c["head_dim"] or c["hidden_size"] // c["num_attention_heads"]
     c["num_key_value_heads"] = c["num_key_value_heads"] or c["num_attention_heads"]
     for k in ("head_dim", "num_key_value_heads"):
@@ -199,7 +201,7 @@ class _Modules:
     pre: list[tuple[str, int]]
     """Top-level tensors between the input embedding and the layers (gpt2: learned positions)."""
     layer: list[tuple[str, int]]
-    """One decoder layer, in registration order (first of equals wins for the largest, as in spec.py)."""
+    """One decoder layer, in registration order (first of equals wins for the largest, as in count.py)."""
     post: list[tuple[str, int]]
     """The final norm."""
     linears: list[tuple[int, int]]
@@ -268,7 +270,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
     top = [(v * h, 1 if tied else 2)] + [(n, 1) for _, n in m.pre + m.post]
     for numel, count in top + [(n, layers) for _, n in m.layer]:
         sizes[numel] = sizes.get(numel, 0) + count
-    num_embedding_params = v * h * (1 if tied else 2) + sum(n for _, n in m.pre)  # every nn.Embedding (spec.py)
+    num_embedding_params = v * h * (1 if tied else 2) + sum(n for _, n in m.pre)  # every nn.Embedding (count.py)
     experts = c["num_local_experts"] if family.layout == "mixtral" else 1
     return {
         "built_with": {"analytic": "zero_planner.models.analytic"},
@@ -294,7 +296,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
             "gated_mlp": family.layout != "gpt2",
         },
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
-        "linear": {  # peft "all-linear": every projection of every layer, the head left out (spec.py)
+        "linear": {  # peft "all-linear": every projection of every layer, the head left out (count.py)
             "count": len(m.linears) * layers,
             "in_out_sum": layers * sum(a + b for a, b in m.linears),
             "in_sum": layers * sum(a for a, _ in m.linears),
@@ -316,10 +318,8 @@ def _signature(config: dict[str, Any]) -> tuple | None:
 
 @lru_cache(maxsize=1)
 def _catalog_by_signature() -> dict[tuple, str]:
-    from zero_planner.models.spec import _catalog
-
     index: dict[tuple, str] = {}
-    for slug, entry in _catalog().items():
+    for slug, entry in catalog_entries().items():
         signature = _signature(entry["config"])
         if signature is not None and entry.get("params", {}).get("activations"):
             index.setdefault(signature, slug)
@@ -334,10 +334,8 @@ def catalog_twin(config: dict[str, Any]) -> str | None:
 
 def catalog_activations(config: dict[str, Any]) -> dict[str, Any] | None:
     """Returns the traced activation table of the catalog model `config` shares it with (catalog_twin), or None."""
-    from zero_planner.models.spec import _catalog
-
     slug = catalog_twin(config)
-    return None if slug is None else _catalog()[slug]["params"]["activations"]
+    return None if slug is None else catalog_entries()[slug]["params"]["activations"]
 
 
 def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
@@ -370,8 +368,6 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     the loss (8 + 8), and per sequence the labels' padding element and the loss's fp32 total weight (12 bytes),
     which the traced per-token figure spreads over the TRACE_SEQ[0]-token trace.
     """
-    from zero_planner.models.activations import TRACE_SEQ
-
     c = _resolved(config)
     if c is None or not FAMILIES[c["model_type"]].closed_form:
         return None
@@ -416,8 +412,6 @@ def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
     input (2h), the fp32 logits (4V), the int64 token and position ids of wte and wpe and the loss's labels (8
     each), embd_pdrop's mask (h) and per sequence the loss's 12 bytes, as in the llama form.
     """
-    from zero_planner.models.activations import TRACE_SEQ
-
     if c["activation_function"] != "gelu_new" or c["scale_attn_by_inverse_layer_idx"] or c["reorder_and_upcast_attn"]:
         return None
     h, i, v, heads = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"]

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from zero_planner.models.spec import param_table
+from zero_planner.models.count import param_table
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog" / "models"
 

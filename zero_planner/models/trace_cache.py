@@ -16,7 +16,7 @@ same config imports neither torch nor transformers. The values are those of mode
 
 Where: $ZERO_PLANNER_CACHE_DIR, else $XDG_CACHE_HOME/zero-planner, else ~/.cache/zero-planner; one JSON file per
 config, named by a hash of the config, the torch, transformers and peft versions, and the source of the
-counting code (models/spec.py, models/analytic.py, models/activations.py, modeling.py), so that an upgrade or a change to the tracer
+counting code (models/count.py, models/hf.py, models/analytic.py, models/activations.py), so that an upgrade or a change to the tracer
 counts again. A cache that cannot be read or written is ignored: the plan is the same, only slower.
 """
 
@@ -30,17 +30,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
 from zero_planner.models.activations import (
     attention_coefficients,
     closed_form_coefficients,
     lora_dtype_coefficients,
     runs_on_meta,
 )
+from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
+from zero_planner.models.count import count_params, with_activations
 from zero_planner.quiet import quiet_libraries
 
 CACHE_DIR_ENV = "ZERO_PLANNER_CACHE_DIR"
-CODE_FILES = ("models/spec.py", "models/analytic.py", "models/activations.py", "modeling.py")
+CODE_FILES = ("models/count.py", "models/hf.py", "models/analytic.py", "models/activations.py")
 """The package's files whose source is part of the cache key: what counts parameters and traces activations."""
 KEYED_DISTRIBUTIONS = ("torch", "transformers", "peft")
 WIDTHS = {"16bit": "bfloat16", "fp32": "float32"}
@@ -103,8 +104,6 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
     """Returns param_table(config, name) with lazily traced activations, counting only on a cache miss.
 
     Raises InputError (from the count) when transformers cannot build the model; failures are not cached."""
-    from zero_planner.models.spec import count_params, with_activations
-
     counted = analytic_table(config)  # the types models/analytic.py covers: counted from the config
     if counted is not None:
         borrowed = catalog_activations(config)  # the same architecture is in the catalog, traced

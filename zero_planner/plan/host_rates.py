@@ -2,7 +2,7 @@
 
     cpu_adam_rate(say) -> HostRate | None      the cached figure, or a measurement now (about a minute the first
                                                time: DeepSpeed may compile its CPU Adam op), None if it cannot run
-    python -m zero_planner.host_rates [--json]  measure now (no cache read), print, and cache
+    python -m zero_planner.plan.host_rates [--json]  measure now (no cache read), print, and cache
 
 With optimizer offload, every optimizer step waits for DeepSpeed's CPUAdam over the node's parameters; its rate
 is a property of the host's cores and memory (the H100 and H200 machines we measured differ by 1.6x:
@@ -154,9 +154,9 @@ def store(rate: HostRate) -> None:
 
 
 def measure_in_child(timeout_s: float = MEASURE_TIMEOUT_S) -> HostRate | None:
-    """Returns a measurement taken by `python -m zero_planner.host_rates --json --no-cache` in a child process,
+    """Returns a measurement taken by `python -m zero_planner.plan.host_rates --json --no-cache` in a child process,
     or None when it fails or times out (no deepspeed, no compiler for its CPU op, ...)."""
-    command = [sys.executable, "-m", "zero_planner.host_rates", "--json", "--no-cache"]
+    command = [sys.executable, "-m", "zero_planner.plan.host_rates", "--json", "--no-cache"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):

@@ -30,10 +30,10 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 
-from zero_planner.dsconfig import bucket_sizes
 from zero_planner.hardware import GPU
-from zero_planner.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.models.spec import ModelSpec
+from zero_planner.plan.dsconfig import bucket_sizes
+from zero_planner.plan.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.strategies import Strategy
 
 
@@ -320,7 +320,7 @@ def shared_expert_bytes(spec: ModelSpec) -> int:
 
 
 # Checkpointing recomputes a layer's forward only up to the last op that saved a tensor for backward: the models
-# checkpoint with use_reentrant=False (zero_planner/modeling.py; transformers' default too), whose recomputation
+# checkpoint with use_reentrant=False (zero_planner/run/modeling.py; transformers' default too), whose recomputation
 # stops as soon as every saved tensor is back (torch/utils/checkpoint.py, _StopRecomputationError; early stop is on
 # by default). A decoder layer's last residual add saves nothing and is not run again, nor is a mixture of
 # experts' tail after its inverse permutation (MoeLayerBytes.not_recomputed). Traced: benchmarks/moe_ops.py.

@@ -5,7 +5,7 @@
     parse_prices("H100=2.5,A100-80GB=1.8") -> {"H100-SXM": 2.5, "A100-80GB": 1.8}   ($ per GPU-hour)
     compare(spec, clusters, tokens=N, prices={...}, seq_len=..., ...) -> [ClusterRow], ranked
 
-Each cluster is planned as `zero-plan --gpus` would (planner.plan, the same options); its chosen plan's
+Each cluster is planned as `zero-plan --gpus` would (search.plan, the same options); its chosen plan's
 tokens/s gives the time to train N tokens, and, with a price per GPU-hour for its GPU type, the cost. Ranked by
 time (then cost); clusters where nothing fits come last. Pure planning code: no torch.
 """
@@ -18,8 +18,9 @@ from typing import Any
 
 from zero_planner.errors import InputError
 from zero_planner.hardware import Cluster, find_gpu, parse_gpus
-from zero_planner.planner import PlanResult, plan
-from zero_planner.throughput import Calibration
+from zero_planner.plan.options import PlanResult
+from zero_planner.plan.search import plan
+from zero_planner.plan.throughput import Calibration
 
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT_RE = re.compile(r"^\s*(\d[\d_,]*(?:\.\d+)?(?:e[+-]?\d+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
@@ -130,7 +131,7 @@ def _rank_key(row: ClusterRow) -> tuple:
 def compare(spec, clusters: list[tuple[str, Cluster]], *, tokens: int, prices: dict[str, float] | None = None,
             calibrations: dict[str, Calibration] | None = None, **plan_options: Any) -> list[ClusterRow]:  # fmt: skip
     """Returns every cluster's row, ranked by time to train `tokens` (then cost). `plan_options` are
-    planner.plan's (seq_len, micro_batch, global_batch, grad_ckpt, precision, stage, method, task, lora, ...);
+    search.plan's (seq_len, micro_batch, global_batch, grad_ckpt, precision, stage, method, task, lora, ...);
     `calibrations` the step-time constants of a cluster by its label (this machine's for `auto`). A price
     naming a GPU type no cluster uses is an error (a typo would silently drop the cost). Raises InputError."""
     prices = prices or {}

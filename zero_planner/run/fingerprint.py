@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.errors import InputError
-from zero_planner.plan import Plan
+from zero_planner.planfile import Plan
 
 EDGE_BYTES = 64 * 1024
 """Bytes hashed at each end of a data file."""
@@ -39,7 +39,7 @@ def plan_digest(plan: Plan) -> str:
 def data_digest(dataset: str) -> str:
     """Returns the digest of a dataset spec's local files (name, size, first and last 64 KiB of each), or the
     spec itself for the synthetic set and hub names."""
-    from zero_planner.data import resolve_files
+    from zero_planner.run.data import resolve_files
 
     files = None if dataset == "synthetic" else resolve_files(dataset)
     if files is None:

@@ -35,7 +35,10 @@ def read_installed_defaults() -> dict[str, Any]:
     by constructing its config models (imports DeepSpeed)."""
     import deepspeed
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
+    from deepspeed.runtime.zero.offload_config import (
+        DeepSpeedZeroOffloadOptimizerConfig,
+        DeepSpeedZeroOffloadParamConfig,
+    )
 
     per_stage = {}
     for stage in range(4):

@@ -9,18 +9,9 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from zero_planner.models.hf import hf_config
+
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-def hf_config(config_dict: dict[str, Any]):
-    """Returns a transformers PretrainedConfig built from a plain config.json dict."""
-    from transformers import AutoConfig
-
-    values = dict(config_dict)
-    model_type = values.pop("model_type")
-    values.pop("architectures", None)
-    values.pop("transformers_version", None)
-    return AutoConfig.for_model(model_type, **values)
 
 
 def attn_implementation_for(config_dict: dict[str, Any], task: str = "causal-lm") -> str:

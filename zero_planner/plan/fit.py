@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from zero_planner.memory import MemoryEstimate
+from zero_planner.plan.memory import MemoryEstimate
 
 SAFETY_MARGIN_FRACTION = 0.03
 """Share of GPU memory the planner leaves free when it chooses, for the memory model's error and what it does

@@ -3,22 +3,27 @@
 The script asks for the plan's nodes, one task per node and the GPUs of each node; node 0's first host name is
 the rendezvous address; srun then runs, on every node at once, the same zero-run command with that node's
 `--node-rank $SLURM_NODEID`. Each node's zero-run does its own checks (GPUs, the rendezvous port) and starts
-its ranks with DeepSpeed's per-node launcher (launch.build_launch). Options and variables are SLURM's own
+its ranks with DeepSpeed's per-node launcher (plan/command.py build_launch). Options and variables are SLURM's own
 (catalog/slurm_options.json, read from its man pages); `sbatch_script` is pure text, written or printed by
-launch.run. No torch import.
+`write_sbatch` (zero-run --slurm). No torch import.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
 from zero_planner.errors import InputError
+from zero_planner.planfile import Plan
+from zero_planner.run import launcher
+from zero_planner.run.training_args import given
 
 SCRIPT_NAME = "zero-run.sbatch"
 PORT_BASE, PORT_SPAN = 20000, 20000
@@ -30,7 +35,7 @@ PLANNED = ("--nodes", "--ntasks-per-node", "--gres", "--gpus-per-node", "--gpus"
 @lru_cache(maxsize=1)
 def documented() -> dict:
     """Returns catalog/slurm_options.json: {command: {"options": {--name: argument form}, ...}}."""
-    return json.loads((Path(__file__).parent / "catalog" / "slurm_options.json").read_text())
+    return json.loads((Path(__file__).resolve().parents[1] / "catalog" / "slurm_options.json").read_text())
 
 
 def parse_option(text: str) -> tuple[str, str | None]:
@@ -100,3 +105,54 @@ def sbatch_script(
         f"srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + node)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def node_command(args: argparse.Namespace) -> list[str]:
+    """Returns the zero-run command the sbatch script runs on every node (absolute paths; the script adds
+    --node-rank, --master-addr, --master-port and the --script arguments)."""
+    argv = [sys.executable, "-m", "zero_planner.launch", str(Path(args.plan).absolute())]
+    if args.output_dir:
+        argv += ["--output-dir", str(Path(args.output_dir).absolute())]
+    if args.max_steps is not None:
+        argv += ["--max-steps", str(args.max_steps)]
+    if args.resume:
+        argv.append("--resume")
+    if args.master_wait is not None:
+        argv += ["--master-wait", str(args.master_wait)]
+    if args.script is not None:
+        argv += ["--script", str(Path(args.script).absolute()), "--config-flag", args.config_flag]
+    return argv + given(args)
+
+
+def write_sbatch(args: argparse.Namespace, plan: Plan, script_args: Sequence[str], output_dir: str) -> int:
+    """--slurm: prints (--dry-run) or writes OUTPUT_DIR/zero-run.sbatch, and submits it with --submit; returns
+    the exit status (sbatch's with --submit)."""
+    hw = plan.hardware
+    text = sbatch_script(
+        job_name=f"zero-run-{plan.model.name.rstrip('/').split('/')[-1]}",
+        nodes=hw.nodes,
+        gpus_per_node=None if hw.gpu == "cpu" else hw.gpus_per_node,
+        node_argv=node_command(args),
+        script_args=script_args,
+        output_dir=str(Path(output_dir).absolute()),
+        workdir=str(Path.cwd()),
+        master_port=args.master_port,
+        options=[parse_option(o) for o in args.slurm_option or []],
+        package_root=str(Path(__file__).resolve().parents[2]),
+    )
+    if args.dry_run:
+        print(text, end="")
+        return 0
+    path = Path(output_dir).absolute() / SCRIPT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)  # SLURM writes slurm-%j.out there and creates no folder
+    path.write_text(text)
+    print(f"zero-run: wrote {path}")
+    if not args.submit:
+        print(f"Submit it with: sbatch {shlex.quote(str(path))}")
+        return 0
+    import shutil
+
+    if shutil.which("sbatch") is None:
+        raise InputError(f"--submit needs sbatch on PATH (a SLURM login node); {path} is written, submit it there")
+    rc, _ = launcher.spawn(["sbatch", str(path)], {}, multi_node=False)
+    return rc

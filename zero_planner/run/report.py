@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zero_planner.plan import Candidate, Plan
+from zero_planner.planfile import Candidate, Plan
 
 GIB = 2**30
 STAGE_ORDER = ["0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all"]

@@ -221,7 +221,7 @@ class ProbeAttempt(_Model):
 
 
 class ProbeResult(_Model):
-    """What `--probe` measured for one candidate (zero_planner/probe.py); measured figures are None when not run."""
+    """What `--probe` measured for one candidate (zero_planner/run/probe.py); measured figures are None when not run."""
 
     status: ProbeStatus
     """ok: ran; oom: out of GPU memory down to micro-batch 1; error: failed otherwise; interrupted: Ctrl-C;

@@ -1,6 +1,6 @@
 """run_report.html: a picture of one zero-run, drawn from its run_report.json alone.
 
-    python -m zero_planner.report_page OUTPUT_DIR/run_report.json [-o PAGE.html]
+    python -m zero_planner.run.report_page OUTPUT_DIR/run_report.json [-o PAGE.html]
 
 zero-run writes the page beside run_report.json at the end of every run. One self-contained HTML file: inline
 SVG and CSS, no JavaScript, no external file, no plotting library. Charts: the loss per optimizer step with the
@@ -410,7 +410,7 @@ def write_page(report: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.report_page", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.run.report_page", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)  # fmt: skip
     parser.add_argument("report", help="a run_report.json written by zero-run")
     parser.add_argument("-o", "--output", help=f"the page to write (default: {PAGE_NAME} beside the report)")

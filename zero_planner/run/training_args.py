@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from zero_planner.errors import InputError, closest
-from zero_planner.plan import Plan, TrainingInfo
+from zero_planner.planfile import Plan, TrainingInfo
 
 INIT_CHOICES = ("pretrained", "random")
 SCHEDULER_CHOICES = ("constant", "linear", "cosine")
@@ -193,13 +193,13 @@ def apply_training_args(plan: Plan, args: argparse.Namespace, *, planning: bool)
                             getattr(args, "save_total_limit", None))  # fmt: skip
     report_to, output_dir = getattr(args, "report_to", None), getattr(args, "output_dir", None)
     if report_to is not None or (t.report_to and output_dir):
-        from zero_planner.dsconfig import with_monitor
+        from zero_planner.plan.dsconfig import with_monitor
 
         t.report_to = list(report_to) if report_to is not None else t.report_to
         # The monitor writes under the run's output folder: zero-run --output-dir moves it there.
         plan.deepspeed_config = with_monitor(plan.deepspeed_config, t.report_to, output_dir or t.output_dir)
     if t.dataset != "synthetic":
-        from zero_planner.data import check_columns
+        from zero_planner.run.data import check_columns
 
         check_columns(t)  # a missing local file or column is bad input now, not a failed launch
     if t.eval_split is not None:
@@ -247,7 +247,7 @@ def _check_eval_split(value: str, dataset: str) -> None:
             raise InputError(f"--eval-split {value!r}: give a share in (0, 1), a row count, a split name or a file")
         return
     if Path(value).suffix or value.startswith((".", "/", "~")):
-        from zero_planner.data import resolve_files
+        from zero_planner.run.data import resolve_files
 
         resolve_files(value)
     elif dataset == "synthetic":

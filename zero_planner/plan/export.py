@@ -25,7 +25,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from zero_planner.plan import Plan
+from zero_planner.plan.command import build_launch
+from zero_planner.planfile import Plan
 
 DS_CONFIG_FILE = "ds_config.json"
 TRAINING_ARGS_FILE = "training_args.json"
@@ -91,8 +92,6 @@ def lora_config(plan: Plan) -> dict[str, Any] | None:
 def hf_trainer_launch(plan: Plan, ds_config_path: str = DS_CONFIG_FILE, script: str = USER_SCRIPT) -> list[str]:
     """Returns the launch line as an argument list: the `deepspeed` launcher (as zero-run builds it), the
     user's script, `--deepspeed JSON` and every TrainingArguments value as an HfArgumentParser flag."""
-    from zero_planner.launch import build_launch
-
     args = hf_trainer_args(plan, ds_config_path)
     flags: list[str] = []
     for key, value in args.items():
@@ -315,7 +314,7 @@ def _command_text(plan: Plan, tool: str, lines: list[list[str]], unmapped: list[
 def _allocator_env(plan: Plan) -> list[str]:
     """Returns `env PYTORCH_CUDA_ALLOC_CONF=...` for GPU plans: the memory plan assumes expandable segments
     (memory.ALLOC_CONF), which zero-run sets and another launcher must too; nothing for CPU plans."""
-    from zero_planner.memory import ALLOC_CONF
+    from zero_planner.plan.memory import ALLOC_CONF
 
     return [] if plan.hardware.gpu == "cpu" else ["env", f"PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}"]
 
@@ -413,8 +412,6 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
 def trl_launch(plan: Plan, script: str = TRL_SCRIPT) -> list[str]:
     """Returns the launch line: the `deepspeed` launcher as zero-run builds it, then the script (which names its
     DeepSpeed JSON in SFTConfig itself)."""
-    from zero_planner.launch import build_launch
-
     hostfile = "hostfile" if plan.hardware.nodes > 1 else None
     argv, env = build_launch(plan, plan_path="", script=script, hostfile=hostfile, config_flag="--deepspeed")
     argv = argv[: argv.index(script) + 1]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zero_planner.checks import ADAPTER_METHODS
-from zero_planner.dsconfig import build_ds_config
 from zero_planner.hardware import Cluster
-from zero_planner.memory import MemoryEstimate, Workload, trainable_params
 from zero_planner.models.spec import ModelSpec
-from zero_planner.plan import (
+from zero_planner.plan.checks import ADAPTER_METHODS
+from zero_planner.plan.command import launch_command
+from zero_planner.plan.dsconfig import build_ds_config
+from zero_planner.plan.memory import MemoryEstimate, Workload, trainable_params
+from zero_planner.plan.options import Option, PlanResult
+from zero_planner.planfile import (
     Candidate,
     CpuEstimate,
     Estimate,
@@ -24,8 +26,6 @@ from zero_planner.plan import (
 )
 from zero_planner.strategies import Strategy
 
-if TYPE_CHECKING:  # the planner imports this module; these names are for annotations only
-    from zero_planner.planner import Option, PlanResult
 
 def _estimate(memory: MemoryEstimate) -> Estimate:
     return Estimate(
@@ -110,10 +110,6 @@ def _assemble(
     lora: LoraInfo | None = None,
     num_labels: int = 2,
 ) -> Plan:
-    from zero_planner.launch import (
-        launch_command,
-    )  # zero-run's module; imported late to keep the planner's import small
-
     training = TrainingInfo(
         micro_batch_size=option.micro_batch_size,
         gradient_accumulation_steps=option.gradient_accumulation_steps,

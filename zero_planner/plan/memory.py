@@ -8,14 +8,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from zero_planner.dsconfig import bucket_sizes
-from zero_planner.dsdefaults import zero_settings
 from zero_planner.models.activations import closed_form_coefficients
 from zero_planner.models.spec import ModelSpec
-from zero_planner.nccl import nccl_buffer_bytes, note as nccl_note
 from zero_planner.phases import PHASES
+from zero_planner.plan.dsconfig import bucket_sizes
+from zero_planner.plan.dsdefaults import zero_settings
+from zero_planner.plan.nccl import nccl_buffer_bytes
+from zero_planner.plan.nccl import note as nccl_note
 from zero_planner.strategies import Strategy
 
 GiB = 2**30
@@ -410,6 +411,12 @@ def persistent_numel(spec: ModelSpec, threshold: int) -> int:
     return sum(numel * count for numel, count in spec.tensor_sizes if numel <= threshold)
 
 
+def working_bytes(workload: Workload) -> int:
+    """Returns the bytes of a working-precision parameter, gradient or activation: 2 in bf16 and fp16 (mixed
+    precision), 4 in fp32."""
+    return 2 if workload.precision in ("bf16", "fp16") else 4
+
+
 def estimate_memory(
     spec: ModelSpec,
     strategy: Strategy,
@@ -421,23 +428,124 @@ def estimate_memory(
     """Returns the predicted memory of the busiest rank for `workload` under `strategy`, in bytes.
 
     The training steps' peak (train_peak_bytes) is the largest of three moments of a step (steady state, after
-    the first optimizer step):
+    the first optimizer step; train_step_moments):
       forward  = resident + workspaces + forward activations (+ gathered stage-3 parameters)
       backward = resident + workspaces + backward activations (+ gathered parameters, gradient buffers)
       step     = resident + workspaces + the optimizer step's transient copies
     `resident` is what lives across steps: 16-bit weights, fp32 master weights, Adam moments and (stage 3)
-    the gradient partition. The reported components are those resident terms plus each phase's own part.
-    peak_allocated is the largest peak of a whole run: the train phase's and those of loading, initialize,
-    resume, eval, checkpoint save and export (phase_peaks, see run_phase_peaks). gpu_memory_bytes: the card's
-    capacity, where DeepSpeed decides by the free memory it sees (None: a card with room to spare).
+    the gradient partition (model_states). The reported components are those resident terms plus each phase's
+    own part. peak_allocated is the largest peak of a whole run: the train phase's and those of loading,
+    initialize, resume, eval, checkpoint save and export (phase_peaks, see run_phase_peaks). `total` adds what the
+    process holds beyond its tensors (reserved_bytes, CUDA context, NCCL); the host figures come from
+    host_memory. gpu_memory_bytes: the card's capacity, where DeepSpeed decides by the free memory it sees
+    (None: a card with room to spare).
     """
     buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
     n = workload.world_size
     P = trainable_params(spec, workload)  # what gradients, master weights and Adam are kept for
     W = weight_bytes(spec, workload)  # every weight as stored on the GPU, frozen ones included
+    w = working_bytes(workload)
+    stage = strategy.stage
+    ws = workspace_bytes(gpu_name)
+    notes: list[str] = []
+    if workload.method in ("lora", "qlora") and "lora" not in (spec.activations or {}):
+        notes.append("LoRA activations: closed-form upper bound (no adapter trace for this model)")
+    states = model_states(spec, strategy, workload, buffers, W=W, P=P)
+    notes += states.notes
+    # LoRA's base is built under deepspeed.zero.Init at stage 3 (QLoRA's 4-bit layers do not call F.linear).
+    act = activation_bytes(spec, workload, zero3_linear=stage == 3 and workload.method == "lora")
+    bwd_act = backward_activation_bytes(spec, strategy, workload, act, states)
+    moments = train_step_moments(states, act, backward_activations=bwd_act, ws=ws,
+                                 held=kept_outputs_bytes(spec, workload))  # fmt: skip
+    train_peak = max(moments)
+    # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
+    context = (CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, workload.gpus_per_node)) if ws else 0
+    phases, guarded = run_phase_peaks(
+        spec, strategy, workload, W=W, P=P, train_peak=train_peak, resident=states.resident_bytes,
+        ws=ws, gathered=states.gathered_bytes, forward_activations=act.forward_peak_bytes, capacity=gpu_memory_bytes,
+        context=context, sub_group_size=buffers.sub_group_size,
+        ipg=w * buffers.reduce_bucket_size if stage == 3 and buffers.contiguous_gradients else 0)  # fmt: skip
+    peak = max(phases.values())
+    binding = next(name for name in PHASES if phases.get(name) == peak)
+
+    reserved = reserved_bytes(spec, strategy, workload, buffers, gpu_name, states=states, act=act,
+                              backward_activations=bwd_act, peak=peak, ws=ws)  # fmt: skip
+    if ws and n > 1:
+        notes.append(nccl_note(n, workload.gpus_per_node))
+    fragmented_total = reserved + context
+    if workload.expandable_segments or not ws:
+        # The cache is returned on demand (see ALLOC_CONF); on CPU there is no caching allocator.
+        overhead = context
+    else:
+        overhead = reserved - peak + context
+    total = peak + overhead
+
+    host, host_phases = host_memory(spec, strategy, workload, W=W, P=P, device_peak=peak, gpu_name=gpu_name)
+    buffers_bytes = states.gathered_bytes + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
+    return MemoryEstimate(
+        params_bytes=states.params_bytes,
+        gradients_bytes=states.gradients_bytes,
+        optimizer_bytes=states.optimizer_bytes,
+        activations_bytes=max(act.forward_peak_bytes, bwd_act),
+        buffers_bytes=buffers_bytes,
+        overhead_bytes=overhead,
+        peak_allocated_bytes=peak,
+        total_bytes=total,
+        cpu_total_bytes=max(host, *host_phases.values()),
+        cpu_training_bytes=host,
+        notes=tuple(notes),
+        fragmented_total_bytes=fragmented_total,
+        floor_bytes=peak + context,
+        phase_peaks=phases,
+        binding_phase=binding,
+        host_phase_peaks=host_phases,
+        train_peak_bytes=train_peak,
+        fit_total_bytes=total - max(peak - max({**phases, "initialize": phases["initialize"] - guarded}.values()), 0),
+    )
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """What one rank holds on the GPU for training under a ZeRO strategy, beyond activations, in bytes."""
+
+    params_bytes: int
+    """16-bit weights (fp32 in fp32 runs): all of them below ZeRO-3; the partition and the persistent ones at 3."""
+    gradients_bytes: int
+    """Gradient storage: the full gradients (stage 0), their partition (1-2, and 3 with its reduce bucket), or
+    the offload staging buffer."""
+    optimizer_bytes: int
+    """fp32 master weights and Adam's two moments held on the GPU (0 where offloaded)."""
+    resident_gradients_bytes: int
+    """The part of gradients_bytes allocated across steps: stage 3's partition, the offload staging buffer (the
+    others are made in backward)."""
+    accumulated_gradients_bytes: int
+    """Gradients kept between the micro-steps of gradient accumulation (stages 0-2 on the GPU)."""
+    step_transient_bytes: int
+    """The optimizer step's transient copies (casts, flattened buffers), on top of the resident states."""
+    gathered_bytes: int
+    """ZeRO-3 parameters gathered whole and kept alive between uses (stage3_max_live_parameters, MoE experts)."""
+    head_after_loss_bytes: int
+    """An untied LM head's gradient while an offloaded optimizer takes it to the CPU (offloaded_head_bytes)."""
+    partition_at_activation_peak: bool
+    """Stages 1-2 on the GPU with an untied head: its gradient, the first of backward, allocates the contiguous
+    gradient partition while every activation is still alive."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def resident_bytes(self) -> int:
+        """What lives on the GPU between steps: weights, optimizer states, resident gradients."""
+        return self.params_bytes + self.optimizer_bytes + self.resident_gradients_bytes
+
+
+def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffers: ZeroBuffers, *, W: int,
+                 P: int) -> ModelStates:  # fmt: skip
+    """Returns the weights, gradients and optimizer states one rank holds on the GPU, and the step's transients,
+    for each stage and offload (W: every weight's stored bytes; P: trainable parameters). Each term cites the
+    DeepSpeed source that allocates it or the measurement that found it."""
+    n = workload.world_size
     adapters = workload.method in ("lora", "qlora")
     mixed = workload.precision in ("bf16", "fp16")
-    w = 2 if mixed else 4  # bytes of a working-precision parameter, gradient or activation
+    w = 2 if mixed else 4  # bytes of a working-precision parameter or gradient
     # fp32 master copy. Stage 0 trains fp32 parameters in place; ZeRO's optimizers clone an fp32 partition
     # whatever the precision (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py
     # fp32_partitioned_groups_flat: `.clone().float()`). Measured: fp32 stage 2 holds 4 B/param more than
@@ -447,19 +555,12 @@ def estimate_memory(
     stage = strategy.stage
     off_opt = strategy.offload_optimizer != "none"
     off_param = strategy.offload_param != "none"
-    ws = workspace_bytes(gpu_name)
-    # LoRA's base is built under deepspeed.zero.Init at stage 3 (QLoRA's 4-bit layers do not call F.linear).
-    act = activation_bytes(spec, workload, zero3_linear=stage == 3 and workload.method == "lora")
     accum = workload.gradient_accumulation_steps > 1
     # A trainable untied LM head is the first gradient produced in backward (full causal-LM training only).
     untied_head = 0 if spec.tie_word_embeddings or adapters or workload.task == "seq-cls" else spec.vocab_size * spec.hidden_size
     notes: list[str] = []
-    if adapters:
-        if "lora" not in (spec.activations or {}):
-            notes.append("LoRA activations: closed-form upper bound (no adapter trace for this model)")
 
     gathered = 0
-    persistent = 0
     head_after_loss = 0
     # Stages 1/2 on the GPU: the lm_head gradient is the first one produced, so the contiguous gradient
     # partition (2P/n) is allocated while every activation is still alive.
@@ -535,11 +636,31 @@ def estimate_memory(
 
     # Gradient storage that stays allocated across steps: stage 3's partition, the offload staging buffer.
     resident_grads = gradients if stage == 3 or (stage in (1, 2) and off_opt) else 0
-    fwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + act.forward_peak_bytes
+    return ModelStates(
+        params_bytes=params,
+        gradients_bytes=gradients,
+        optimizer_bytes=optimizer,
+        resident_gradients_bytes=resident_grads,
+        accumulated_gradients_bytes=grads_between_micro_steps,
+        step_transient_bytes=step_transient,
+        gathered_bytes=gathered,
+        head_after_loss_bytes=head_after_loss,
+        partition_at_activation_peak=partition_at_activation_peak,
+        notes=tuple(notes),
+    )
+
+
+def backward_activation_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, act: Activations,
+                              states: ModelStates) -> int:  # fmt: skip
+    """Returns the activation bytes at the backward peak: the loss's backward (act.backward_peak_bytes), or a later
+    moment where it is higher: stages 1-2 allocating the gradient partition at the head's gradient, an offloaded
+    optimizer taking the untied head's gradient or the input embedding's to the CPU."""
+    w = working_bytes(workload)
+    adapters = workload.method in ("lora", "qlora")
     bwd_act = act.backward_peak_bytes
-    if partition_at_activation_peak:
-        bwd_act = max(bwd_act, act.saved_bytes + gradients)
-    if head_after_loss:
+    if states.partition_at_activation_peak:
+        bwd_act = max(bwd_act, act.saved_bytes + states.gradients_bytes)
+    if states.head_after_loss_bytes:
         # The offloaded head's gradient is handled once the loss and the head have run backward: the loss's fp32
         # buffers and log-softmax are freed by then (4 bytes per logit out of `saved`), the gradient of the
         # hidden states is alive. Measured (Mistral-7B shape, 2,048 tokens, H200): the backward peaked 1.02
@@ -547,37 +668,61 @@ def estimate_memory(
         # tokens the loss's own peak is the higher one, as predicted.
         logits = workload.micro_batch_size * workload.seq_len * spec.vocab_size
         hidden_grad = w * workload.micro_batch_size * workload.seq_len * spec.hidden_size
-        bwd_act = max(bwd_act, act.saved_bytes - 4 * logits + hidden_grad + head_after_loss)
-    # A loop that keeps the model's outputs holds their logits (in the model's dtype) through backward and the step.
-    held = w * workload.micro_batch_size * workload.seq_len * spec.vocab_size if workload.keeps_outputs and \
-        workload.task == "causal-lm" else 0
-    if off_opt and not adapters:
+        bwd_act = max(bwd_act, act.saved_bytes - 4 * logits + hidden_grad + states.head_after_loss_bytes)
+    if strategy.offload_optimizer != "none" and not adapters:
         # The input embedding's gradient is the last one backward makes, and an offloaded optimizer handles it as
         # it does the head's (offloaded_head_bytes): its 16-bit gradient whole, and the fp64 norm over this rank's
         # part, when next to no activation is left. Binds where activations are small: Qwen2.5-3B fp16, 2-offload,
         # 1 x 1024 with checkpointing peaked at 9.31 GiB in training (H200 capped at a T4, 2026-11-25), W + the
         # staging buffer + this = 9.29.
-        tail = offloaded_head_bytes(spec.vocab_size * spec.hidden_size, w, n, stage)
+        tail = offloaded_head_bytes(spec.vocab_size * spec.hidden_size, w, workload.world_size, strategy.stage)
         bwd_act = max(bwd_act, tail)
-    bwd = params + optimizer + resident_grads + grads_between_micro_steps + ws + gathered + bwd_act + held
-    step = params + optimizer + resident_grads + ws + step_transient + held
-    train_peak = max(fwd, bwd, step)
-    # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
-    context = (CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, workload.gpus_per_node)) if ws else 0
-    phases, guarded = run_phase_peaks(
-        spec, strategy, workload, W=W, P=P, train_peak=train_peak, resident=params + optimizer + resident_grads,
-        ws=ws, gathered=gathered, forward_activations=act.forward_peak_bytes, capacity=gpu_memory_bytes,
-        context=context, sub_group_size=buffers.sub_group_size,
-        ipg=w * buffers.reduce_bucket_size if stage == 3 and buffers.contiguous_gradients else 0)  # fmt: skip
-    peak = max(phases.values())
-    binding = next(name for name in PHASES if phases.get(name) == peak)
+    return bwd_act
 
+
+def kept_outputs_bytes(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the logits a loop that keeps the model's outputs holds (in the model's dtype) through backward and
+    the step (Workload.keeps_outputs; causal-lm), 0 for a loop that keeps only the loss."""
+    if not (workload.keeps_outputs and workload.task == "causal-lm"):
+        return 0
+    return working_bytes(workload) * workload.micro_batch_size * workload.seq_len * spec.vocab_size
+
+
+class StepMoments(NamedTuple):
+    """Allocated bytes at the three moments of a training step that can peak (steady state)."""
+
+    forward: int
+    """At the loss: resident states, accumulated gradients, workspaces, gathered parameters, forward activations."""
+    backward: int
+    """The same with the backward's activations, and the kept outputs."""
+    step: int
+    """The optimizer step: resident states, workspaces, the step's transient copies, the kept outputs."""
+
+
+def train_step_moments(states: ModelStates, act: Activations, *, backward_activations: int, ws: int,
+                       held: int) -> StepMoments:  # fmt: skip
+    """Returns the three moments' allocated bytes (their largest is the training steps' peak); ws: cuBLAS
+    workspaces; held: kept_outputs_bytes."""
+    resident = states.resident_bytes
+    between = states.accumulated_gradients_bytes + ws + states.gathered_bytes
+    return StepMoments(
+        forward=resident + between + act.forward_peak_bytes,
+        backward=resident + between + backward_activations + held,
+        step=resident + ws + states.step_transient_bytes + held,
+    )
+
+
+def reserved_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, buffers: ZeroBuffers,
+                   gpu_name: str | None, *, states: ModelStates, act: Activations, backward_activations: int,
+                   peak: int, ws: int) -> int:  # fmt: skip
+    """Returns PyTorch's reserved memory at the run's peak without expandable segments: the peak allocation plus
+    the caching allocator's slack (blocks freed by one phase that cannot serve the next)."""
     # Caching-allocator slack: blocks freed by one phase are kept reserved and cannot serve the next phase's
     # differently sized tensors, so reserved memory holds the activation peak and the step transients at
     # once. (Checked against max_memory_reserved in benchmarks/memory_regression.py.)
-    activation_peak = max(act.forward_peak_bytes, bwd_act) + gathered
-    reserved = max(peak, params + optimizer + ws + resident_grads + activation_peak + step_transient)
-    if off_opt:
+    activation_peak = max(act.forward_peak_bytes, backward_activations) + states.gathered_bytes
+    reserved = max(peak, states.resident_bytes + ws + activation_peak + states.step_transient_bytes)
+    if strategy.offload_optimizer != "none":
         # With no optimizer step on the GPU, the slack is the loss's two block pools, which no other phase
         # reuses: forward copies (6 B/logit) and backward gradients (8 B/logit). Measured slack on the
         # offload cases: 0.6-3.6 GiB, this term 0.9-4.1 GiB (benchmarks/memory_regression.py). On large
@@ -585,20 +730,22 @@ def estimate_memory(
         loss_pools = (act.forward_peak_bytes - act.saved_bytes) + (act.backward_peak_bytes - act.saved_bytes)
         # An offloaded run allocates a subset of what the same stage allocates without offload, so its
         # reserved memory is bounded by that run's (where the two pools would be reused anyway).
-        on_gpu = estimate_memory(spec, Strategy(stage), workload, buffers, gpu_name)
+        on_gpu = estimate_memory(spec, Strategy(strategy.stage), workload, buffers, gpu_name)
         bound = on_gpu.peak_allocated_bytes + on_gpu.overhead_bytes - (CUDA_CONTEXT_BYTES if ws else 0)
-        bound -= nccl_buffer_bytes(n, workload.gpus_per_node) if ws else 0
+        bound -= nccl_buffer_bytes(workload.world_size, workload.gpus_per_node) if ws else 0
         reserved = max(reserved, min(peak + loss_pools, max(bound, peak)))
-    if ws and n > 1:
-        notes.append(nccl_note(n, workload.gpus_per_node))
-    fragmented_total = reserved + context
-    if workload.expandable_segments or not ws:
-        # The cache is returned on demand (see ALLOC_CONF); on CPU there is no caching allocator.
-        overhead = context
-    else:
-        overhead = reserved - peak + context
-    total = peak + overhead
+    return reserved
 
+
+def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, device_peak: int,
+                gpu_name: str | None) -> tuple[int, dict[str, int]]:  # fmt: skip
+    """Returns (host bytes per node while training, {phase: host bytes per node} of the phases that hold more:
+    host_phase_peaks): every local rank's process and offloaded states (host_parts), and what a checkpoint save,
+    the export and a resume add (module_checkpoint_bytes, checkpoint_staging_bytes). device_peak: a CPU process
+    (--gpus cpu:N) holds its "device" tensors in host memory too."""
+    n = workload.world_size
+    w = working_bytes(workload)
+    adapters = workload.method in ("lora", "qlora")
     # Parameters offloaded: each one's partition is pinned on its own. With adapters the trainable ones are
     # small and the frozen weights are counted at their stored bytes. A tied LM head is partitioned (and its
     # partition pinned and kept) under zero.Init before transformers ties it to the embedding: one partition
@@ -608,20 +755,36 @@ def estimate_memory(
     # A CPU process (--gpus cpu:N) holds its "device" tensors in host memory too; torch.save of CPU storages
     # copies nothing, and ZeRO-3 takes no trip through host memory to defragment (benchmarks/cpu_rss.py).
     on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
-    process = CPU_PROCESS_RSS_BYTES + peak if on_cpu else PROCESS_RSS_BYTES
+    process = CPU_PROCESS_RSS_BYTES + device_peak if on_cpu else PROCESS_RSS_BYTES
     parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu)
-    if off_param and adapters:
+    if strategy.offload_param != "none" and adapters:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
     host = max(parts.process + parts.states + parts.step_transient, parts.defragment) * workload.gpus_per_node
     staging = 0 if on_cpu else checkpoint_staging_bytes(spec, strategy, P, n, workload.precision)
-    # The module's own checkpoint file (rank 0). torch.save copies it to the host a storage at a time, so a save
-    # holds its largest storage: below ZeRO-3 the trainable weights are views of one flat 16-bit buffer
-    # (FP16_Optimizer, stage_1_and_2.py bit16_groups_flat), the whole W; fp32 at stage 0 keeps separate tensors
-    # (the largest: the embedding). Measured save RSS: Qwen2.5-0.5B 2-offload + W, fp32 stage 0 + 0.36 GiB. A
-    # resume reads the file whole. An adapter run leaves frozen tensors out by name (engine.module_state_dict:
-    # exclude_frozen_parameters over named_parameters()), which lists a tied LM head once, under the embedding:
-    # below ZeRO-3 `lm_head.weight` stays in the file (Llama 3.2 1B LoRA: save +0.5 GiB RSS, resume reads it back).
+    module_file, module_storage = module_checkpoint_bytes(spec, strategy, workload, W=W, P=P)
+    if on_cpu:
+        module_storage = 0
+    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=max(staging, module_storage),
+                                   module_file=module_file, W=W, P=P)  # fmt: skip
+    return host, host_phases
+
+
+def module_checkpoint_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int,
+                            P: int) -> tuple[int, int]:  # fmt: skip
+    """Returns (the bytes of the module's own checkpoint file, rank 0's; its largest storage, which a save stages
+    in host memory at once)."""
+    # torch.save copies the file to the host a storage at a time, so a save holds its largest storage: below
+    # ZeRO-3 the trainable weights are views of one flat 16-bit buffer (FP16_Optimizer, stage_1_and_2.py
+    # bit16_groups_flat), the whole W; fp32 at stage 0 keeps separate tensors (the largest: the embedding).
+    # Measured save RSS: Qwen2.5-0.5B 2-offload + W, fp32 stage 0 + 0.36 GiB. A resume reads the file whole. An
+    # adapter run leaves frozen tensors out by name (engine.module_state_dict: exclude_frozen_parameters over
+    # named_parameters()), which lists a tied LM head once, under the embedding: below ZeRO-3 `lm_head.weight`
+    # stays in the file (Llama 3.2 1B LoRA: save +0.5 GiB RSS, resume reads it back).
+    stage = strategy.stage
+    adapters = workload.method in ("lora", "qlora")
+    mixed = workload.precision in ("bf16", "fp16")
+    w = 2 if mixed else 4
     tied_in_file = adapters and spec.tie_word_embeddings and workload.task == "causal-lm" and stage < 3
     head16 = w * spec.vocab_size * spec.hidden_size
     module_file = (w * P + (head16 if tied_in_file else 0)) if adapters else (0 if stage == 3 else W)
@@ -631,31 +794,7 @@ def estimate_memory(
         module_storage = w * spec.largest_tensor_numel
     else:
         module_storage = module_file
-    if on_cpu:
-        module_storage = 0
-    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=max(staging, module_storage),
-                                   module_file=module_file, W=W, P=P)  # fmt: skip
-    buffers_bytes = gathered + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
-    return MemoryEstimate(
-        params_bytes=params,
-        gradients_bytes=gradients,
-        optimizer_bytes=optimizer,
-        activations_bytes=max(act.forward_peak_bytes, bwd_act),
-        buffers_bytes=buffers_bytes,
-        overhead_bytes=overhead,
-        peak_allocated_bytes=peak,
-        total_bytes=total,
-        cpu_total_bytes=max(host, *host_phases.values()),
-        cpu_training_bytes=host,
-        notes=tuple(notes),
-        fragmented_total_bytes=fragmented_total,
-        floor_bytes=peak + context,
-        phase_peaks=phases,
-        binding_phase=binding,
-        host_phase_peaks=host_phases,
-        train_peak_bytes=train_peak,
-        fit_total_bytes=total - max(peak - max({**phases, "initialize": phases["initialize"] - guarded}.values()), 0),
-    )
+    return module_file, module_storage
 
 
 def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, train_peak: int,
@@ -670,13 +809,36 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     first matmul, so not in load, initialize or resume); gathered: ZeRO-3 parameters gathered while a forward
     runs; forward_activations: the training forward's activation peak (eval keeps less: no saved tensors). Each term is read from DeepSpeed 0.19 and transformers 5 and was measured by zero-run per phase
     (benchmarks/phases.py: Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B LoRA; H100, 2026-11-25).
+    One function per phase below: load_peak, initialize_peak, resume_peak, eval_peak, save_peak, export_peak.
     """
+    load, cast_peak = load_peak(spec, strategy, workload, W=W)
+    initialize, guarded = initialize_peak(spec, strategy, workload, W=W, P=P, capacity=capacity, context=context,
+                                          sub_group_size=sub_group_size, ipg=ipg)  # fmt: skip
+    phases = {
+        "load": load,
+        "initialize": max(initialize, cast_peak),
+        "resume": resume_peak(strategy, workload, W=W, P=P, resident=resident),
+        "train": train_peak,
+        "eval": eval_peak(spec, workload, resident=resident, ws=ws, gathered=gathered,
+                          forward_activations=forward_activations),  # fmt: skip
+        "save": save_peak(resident=resident, ws=ws, gathered=gathered),
+        "export": export_peak(spec, strategy, workload, resident=resident, ws=ws),
+    }
+    return {name: int(phases[name]) for name in PHASES}, int(guarded)
+
+
+def _weights_on_gpu(strategy: Strategy, W: int, n: int) -> int:
+    """Returns the bytes of this rank's weights on the GPU after ZeRO partitioning: W / n at stage 3 (none with
+    parameters offloaded), all of W below."""
+    return W // n if strategy.stage == 3 and strategy.offload_param == "none" else (0 if strategy.stage == 3 else W)
+
+
+def load_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int) -> tuple[int, int]:
+    """Returns (the load phase's peak: the model as built, before deepspeed.initialize; the part of it QLoRA's
+    initialize holds again, 0 otherwise)."""
     stage, n = strategy.stage, workload.world_size
-    off_opt, off_param = strategy.offload_optimizer != "none", strategy.offload_param != "none"
+    off_param = strategy.offload_param != "none"
     w = 4 if workload.precision == "fp32" else 2
-    mixed = w == 2
-    Pn = -(-P // n) if stage > 0 else P
-    adapters = workload.method in ("lora", "qlora")
     causal = workload.task == "causal-lm"
     largest = w * spec.largest_tensor_numel  # the embedding (or LM head) in every catalog model but MoE experts
     largest_part = w * -(-spec.largest_tensor_numel // n)
@@ -684,9 +846,6 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     # afterwards (freed then); from_pretrained builds on the meta device and allocates no such copy. Measured:
     # load = W + the head's weight (Qwen2.5-0.5B 1.174 GiB = 0.920 + 0.254; Llama 3.2 1B LoRA 2.791 = 2.32 + 0.49).
     head = w * spec.vocab_size * spec.hidden_size if spec.tie_word_embeddings and causal and not workload.pretrained else 0
-    partition = W // n if stage == 3 and not off_param else (0 if stage == 3 else W)
-
-    # load: the model as built, before deepspeed.initialize.
     cast_peak = 0
     if workload.method == "qlora":
         # bitsandbytes quantises each linear weight as from_pretrained reads it (the 4-bit model, W). Below ZeRO-3
@@ -712,9 +871,21 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # (the gathered weight and its partition brought up to the GPU; 1.25 x at 4 GPUs, 1.5 x at 2 for Llama
         # 3.2 1B); untied Mistral-8L W + 1.13 x (2026-11-22 results: after_init).
         tied_partition = w * -(-spec.vocab_size * spec.hidden_size // n) if head and not off_param else 0
-        load = partition + tied_partition + largest + (largest_part if off_param else 0)
+        load = _weights_on_gpu(strategy, W, n) + tied_partition + largest + (largest_part if off_param else 0)
+    return load, cast_peak
 
-    # initialize: deepspeed.initialize, from the loaded model.
+
+def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, capacity: int | None,
+                    context: int, sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> tuple[int, int]:  # fmt: skip
+    """Returns (deepspeed.initialize's peak, from the loaded model; the bytes of it that DeepSpeed allocates only when
+    the card has room: ZeRO-1/2 flattening the weights on the GPU, see MemoryEstimate.fit_total_bytes).
+    capacity: the card's bytes (None: room to spare); context: CUDA context and NCCL; ipg: stage 3's reduce bucket."""
+    stage, n = strategy.stage, workload.world_size
+    off_opt, off_param = strategy.offload_optimizer != "none", strategy.offload_param != "none"
+    w = 4 if workload.precision == "fp32" else 2
+    mixed = w == 2
+    Pn = -(-P // n) if stage > 0 else P
+    adapters = workload.method in ("lora", "qlora")
     guarded = 0
     if stage == 0:
         # fp16/fused_optimizer.py FP16_Optimizer.__init__ (bf16 too at stage 0): the trainable weights flattened
@@ -744,51 +915,67 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # partitions on every stage-3 case (Llama 3.2 3B 8Pn + 0.73 GiB, Phi-3 8Pn + 0.18, Gemma 2 8Pn + 1.10;
         # with parameters offloaded, twice the embedding: the gathered weight and its partition brought up). It is
         # a trainable one: none of the frozen base under LoRA (Llama 3.2 1B LoRA: the resident figure, measured).
+        largest = w * spec.largest_tensor_numel
         trainable_largest = w * workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters else largest
         end_gather = trainable_largest + (-(-trainable_largest // n) if off_param else 0)
+        partition = _weights_on_gpu(strategy, W, n)
         if off_opt:
             initialize = partition + ipg + end_gather
         else:
             group = sub_group_numel(spec, P, n, sub_group_size)
             initialize = partition + 4 * Pn + max(4 * group, w * Pn + ipg + end_gather)
+    return initialize, guarded
 
-    initialize = max(initialize, cast_peak)
 
-    # resume: engine.load_checkpoint, after initialize. FP16_Optimizer's torch optimizer loads Adam's moments into
-    # new tensors while the ones made at initialize are still held (+8P; measured 22 B/param in all at stage 0:
-    # Qwen2.5-0.5B 10.12 GiB, GPT-2 medium fp16 7.27); ZeRO-1/2/3 create them from the checkpoint (no earlier
-    # ones: the resident figure, 14 B/param at stage 1-2 and 16 at stage 3 on one GPU, measured).
-    if stage == 0:
-        resume = W + (4 + 8 + 8) * P if mixed else W + 8 * P
-    else:
-        resume = resident
+def resume_peak(strategy: Strategy, workload: Workload, *, W: int, P: int, resident: int) -> int:
+    """Returns engine.load_checkpoint's peak, after initialize."""
+    # FP16_Optimizer's torch optimizer loads Adam's moments into new tensors while the ones made at initialize are
+    # still held (+8P; measured 22 B/param in all at stage 0: Qwen2.5-0.5B 10.12 GiB, GPT-2 medium fp16 7.27);
+    # ZeRO-1/2/3 create them from the checkpoint (no earlier ones: the resident figure, 14 B/param at stage 1-2
+    # and 16 at stage 3 on one GPU, measured).
+    if strategy.stage == 0:
+        return W + (4 + 8 + 8) * P if workload.precision != "fp32" else W + 8 * P
+    return resident
 
-    # eval: a forward without gradients at the training micro-batch, after an optimizer step: no activations are
-    # kept; at the loss, the 16-bit logits, their fp32 copy and the fp32 log-softmax (2 + 4 + 4 bytes per logit;
-    # fp32 runs have no copy) and the final hidden states. Measured Qwen2.5-0.5B at 2 x 1024: resident + 2.93 GiB.
+
+def eval_peak(spec: ModelSpec, workload: Workload, *, resident: int, ws: int, gathered: int,
+              forward_activations: int) -> int:  # fmt: skip
+    """Returns the eval phase's peak: a forward without gradients at the training micro-batch, after an optimizer
+    step."""
+    # No activations are kept; at the loss, the 16-bit logits, their fp32 copy and the fp32 log-softmax (2 + 4 + 4
+    # bytes per logit; fp32 runs have no copy) and the final hidden states. Measured Qwen2.5-0.5B at 2 x 1024:
+    # resident + 2.93 GiB.
+    mixed = workload.precision != "fp32"
+    w = 2 if mixed else 4
     tokens = workload.micro_batch_size * workload.seq_len
-    logits = tokens * spec.vocab_size if causal else workload.micro_batch_size * workload.num_labels
+    logits = tokens * spec.vocab_size if workload.task == "causal-lm" else workload.micro_batch_size * workload.num_labels
     at_loss = (10 if mixed else 8) * logits + 2 * w * tokens * spec.hidden_size
-    eval_ = resident + ws + gathered + min(at_loss, forward_activations)
+    return resident + ws + gathered + min(at_loss, forward_activations)
 
-    # save: DeepSpeed's checkpoint copies each tensor to the host (torch.save, a storage at a time): nothing more on
-    # the GPU (measured: resident + workspaces), except what ZeRO-3 still holds gathered from the eval forward
-    # before it (its live-parameter window; census: a save alone holds none, zero-run's after eval all of W with
-    # parameters offloaded).
-    save = resident + ws + gathered
 
-    # export: stages 0-2 hand the state dict's tensors to the host a shard at a time (train._write_hf_folder);
-    # ZeRO-3 gathers each module whole (engine._zero3_consolidated_16bit_state_dict), the largest one at a time
+def save_peak(*, resident: int, ws: int, gathered: int) -> int:
+    """Returns a checkpoint save's peak: DeepSpeed's checkpoint copies each tensor to the host (torch.save, a storage
+    at a time), so nothing more on the GPU (measured: resident + workspaces), except what ZeRO-3 still holds
+    gathered from the eval forward before it (its live-parameter window; census: a save alone holds none,
+    zero-run's after eval all of W with parameters offloaded)."""
+    return resident + ws + gathered
+
+
+def export_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, resident: int, ws: int) -> int:
+    """Returns the final export's peak."""
+    # Stages 0-2 hand the state dict's tensors to the host a shard at a time (train._write_hf_folder); ZeRO-3
+    # gathers each module whole (engine._zero3_consolidated_16bit_state_dict), the largest one at a time
     # (measured: + the embedding, twice it with parameters offloaded). LoRA's merged export computes each
     # adapter's delta (B @ A) beside its weight: two of the largest adapted weight.
+    w = 4 if workload.precision == "fp32" else 2
+    adapters = workload.method in ("lora", "qlora")
     export = resident + ws
-    if stage == 3 and not adapters:
-        export += largest + (largest_part if off_param else 0)
-    elif workload.method == "lora" and stage < 3:  # QLoRA's 4-bit base is not merged (checkpoint.py)
+    if strategy.stage == 3 and not adapters:
+        largest_part = w * -(-spec.largest_tensor_numel // workload.world_size)
+        export += w * spec.largest_tensor_numel + (largest_part if strategy.offload_param != "none" else 0)
+    elif workload.method == "lora" and strategy.stage < 3:  # QLoRA's 4-bit base is not merged (saves.py)
         export += 2 * w * _linear(spec)["largest_numel"]
-    phases = {"load": load, "initialize": initialize, "resume": resume, "train": train_peak, "eval": eval_,
-              "save": save, "export": export}  # fmt: skip
-    return {name: int(phases[name]) for name in PHASES}, int(guarded)
+    return export
 
 
 STAGE3_NORM_CHUNK = 250_000_000  # stage3.py _constant_buffered_norm2(buffer_size=250000000)

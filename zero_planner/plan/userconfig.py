@@ -9,21 +9,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from zero_planner.assemble import _assemble, candidate
-from zero_planner.checks import ADAPTER_METHODS, check_inputs, resolve_precision
-from zero_planner.dsconfig import bucket_sizes, default_optimizer
 from zero_planner.errors import InputError, read_mapping
-from zero_planner.fit import _gib, gpu_limit_bytes
 from zero_planner.hardware import Cluster
-from zero_planner.memory import ALLOC_CONF, ZeroBuffers
 from zero_planner.models.spec import ModelSpec
-from zero_planner.plan import LoraInfo, Plan
+from zero_planner.plan.assemble import _assemble, candidate
+from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision
+from zero_planner.plan.dsconfig import bucket_sizes, default_optimizer
+from zero_planner.plan.fit import _gib, gpu_limit_bytes
+from zero_planner.plan.memory import ALLOC_CONF, ZeroBuffers
+from zero_planner.plan.options import Evaluator, Option, known_failure
+from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import Strategy
 
-if TYPE_CHECKING:
-    from zero_planner.planner import Option
 
 @dataclass
 class ConfigEstimate:
@@ -192,8 +191,6 @@ def estimate_config(
     step-time constants) as in `plan`; `keeps_outputs`: the user's loop holds the model's outputs (their 16-bit
     logits) through backward and step. Raises InputError.
     """
-    from zero_planner.planner import Option, _Evaluator  # the search's evaluator; the planner imports this module
-
     world = cluster.world_size
     strategy = config_strategy(ds_config)
     micro = _int_field(ds_config, "train_micro_batch_size_per_gpu")
@@ -228,12 +225,10 @@ def estimate_config(
         raise InputError("--method auto chooses a method; with --ds-config give full, lora or qlora")
     if method in ADAPTER_METHODS:
         lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
-    ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
+    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
                     margin=False, lora=lora, num_labels=num_labels, pretrained=pretrained,
                     keeps_outputs=keeps_outputs, calibration=calibration)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
-    from zero_planner.planner import known_failure
-
     problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
     if problem:

@@ -1,6 +1,6 @@
 """ds_configs/: the reference DeepSpeed JSON of every strategy, built by the planner's own function.
 
-    python -m zero_planner.reference_configs --write-ds-configs [--check]   (also: python -m zero_planner.planner)
+    python -m zero_planner.plan.reference_configs --write-ds-configs [--check]
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zero_planner.dsconfig import build_ds_config
+from zero_planner.plan.dsconfig import build_ds_config
 from zero_planner.strategies import STRATEGIES, Strategy
 
 REFERENCE_HIDDEN_SIZE = 4096
 """ds_configs/ reference files are built for hidden size 4096 (Llama-2/3 7-8B, Mistral 7B): micro-batch 1,
 accumulation 1, one GPU."""
-DS_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "ds_configs"
+DS_CONFIGS_DIR = Path(__file__).resolve().parents[2] / "ds_configs"
 
 
 def reference_name(strategy: Strategy, precision: str) -> str:
@@ -66,7 +66,7 @@ def write_ds_configs(directory: Path = DS_CONFIGS_DIR, *, check: bool = False) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zero_planner.planner", description="Regenerate ds_configs/.",
+    parser = argparse.ArgumentParser(prog="python -m zero_planner.plan.reference_configs", description="Regenerate ds_configs/.",
                                      allow_abbrev=False)
     parser.add_argument("--write-ds-configs", action="store_true", help="write the reference DeepSpeed JSONs")
     parser.add_argument("--check", action="store_true", help="do not write; exit 1 when a file differs")

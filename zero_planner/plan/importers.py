@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.errors import InputError, closest, read_mapping
-from zero_planner.plan import LoraInfo
+from zero_planner.planfile import LoraInfo
 
-TOOL_KEYS_FILE = Path(__file__).with_name("catalog") / "tool_keys.json"
+TOOL_KEYS_FILE = Path(__file__).parent.parent / "catalog" / "tool_keys.json"
 FLAGS = {"axolotl": "--from-axolotl", "llamafactory": "--from-llamafactory"}
 NAMES = {"axolotl": "Axolotl", "llamafactory": "LLaMA-Factory"}
 
@@ -414,13 +414,13 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
              pretrained: bool = False, keeps_outputs: bool = False):
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the YAML."""
-    from zero_planner import planner
+    from zero_planner.plan.userconfig import estimate_config
 
     if imported.seq_len > spec.max_position_embeddings:
         raise InputError(f"{_where(imported.tool, imported.path, SEQ_LEN_KEYS[imported.tool])} {imported.seq_len} is "
                          f"above {spec.name}'s maximum of {spec.max_position_embeddings} tokens")  # fmt: skip
     ds = filled_ds_config(imported, cluster)
-    est = planner.estimate_config(
+    est = estimate_config(
         spec,
         cluster,
         ds,

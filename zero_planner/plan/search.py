@@ -1,223 +1,39 @@
 """The choice: for every strategy and checkpointing setting, the largest micro-batch that fits; the fastest wins.
 
-    plan(spec, cluster, seq_len=2048)              -> PlanResult (candidates, chosen, Plan or advice)
-    estimate_config(spec, cluster, ds_config, ...)  -> ConfigEstimate ("will my existing config fit?")
-    python -m zero_planner.planner --write-ds-configs [--check]   regenerates ds_configs/
+    plan(spec, cluster, seq_len=2048)   -> PlanResult (candidates, chosen, Plan or advice)
 
 Pure planning code: numbers in, a pydantic Plan out; no torch, transformers or deepspeed import (DeepSpeed's
 own config check, `validate_ds_config`, is the caller's choice: it costs seconds).
 
-The planner's jobs live in modules named after them, and every name is re-exported here so that
-`from zero_planner.planner import ...` keeps working:
+The planner's other jobs live in modules named after them, below this one:
     checks.py            input checks (precision, stage, sequence and batch values, method, task)
     fit.py               safety margins and why an estimate does not fit
-    planner.py           this module: the candidate search and the choice
+    options.py           what the search weighs: Option, PlanResult, the memoised Evaluator, known failures
     advice.py            when nothing fits, what would
     assemble.py          the plan file of a chosen option
-    userconfig.py        --ds-config: reading and estimating a user's DeepSpeed JSON
+    userconfig.py        --ds-config: reading and estimating a user's DeepSpeed JSON (beside the search)
     reference_configs.py ds_configs/, the reference JSON of every strategy
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from zero_planner.advice import MAX_WORLD_SIZE_SEARCHED, MIN_SEQ_LEN_SUGGESTED, _ckpt_text, advice
-from zero_planner.assemble import build_plan, candidate
-from zero_planner.checks import (
-    ADAPTER_METHODS,
-    METHODS,
-    PRECISIONS,
-    STAGES,
-    TASKS,
-    check_inputs,
-    resolve_precision,
-    resolve_strategies,
-)
-from zero_planner.dsconfig import bucket_sizes, build_ds_config
-from zero_planner.errors import InputError, closest
-from zero_planner.fit import (
-    GIB,
-    HOST_MARGIN_FRACTION,
-    SAFETY_MARGIN_BYTES,
-    SAFETY_MARGIN_FRACTION,
-    _gib,
-    gpu_limit_bytes,
-    host_limit_bytes,
-    why_not,
-)
+from zero_planner.errors import InputError
 from zero_planner.hardware import Cluster
-from zero_planner.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory, trainable_params
 from zero_planner.models.spec import ModelSpec
-from zero_planner.plan import LoraInfo, Plan
-from zero_planner.reference_configs import (
-    DS_CONFIGS_DIR,
-    REFERENCE_HIDDEN_SIZE,
-    main,
-    reference_ds_configs,
-    reference_name,
-    reference_text,
-    write_ds_configs,
-)
+from zero_planner.plan.advice import _ckpt_text, advice
+from zero_planner.plan.assemble import build_plan
+from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision, resolve_strategies
+from zero_planner.plan.fit import _gib
+from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
+from zero_planner.plan.throughput import Calibration
+from zero_planner.planfile import LoraInfo
 from zero_planner.strategies import STRATEGIES, Strategy
-from zero_planner.throughput import Calibration, StepTime, estimate_step_time
-from zero_planner.userconfig import (
-    ConfigEstimate,
-    config_precision,
-    config_strategy,
-    estimate_config,
-    read_ds_config,
-)
-
-__all__ = [  # the search's own names, and those of the modules it was split into (imported from here elsewhere)
-    "ADAPTER_METHODS", "DS_CONFIGS_DIR", "GIB", "HOST_MARGIN_FRACTION", "MAX_MICRO_BATCH", "MAX_WORLD_SIZE_SEARCHED",
-    "METHODS", "MIN_SEQ_LEN_SUGGESTED", "PRECISIONS", "REFERENCE_HIDDEN_SIZE", "SAFETY_MARGIN_BYTES",
-    "SAFETY_MARGIN_FRACTION", "STAGES", "STRATEGIES", "TASKS", "ConfigEstimate", "Option", "PlanResult", "Strategy",
-    "advice", "batch_shape", "bucket_sizes", "build_ds_config", "build_plan", "candidate", "check_inputs", "closest",
-    "config_precision", "config_strategy", "estimate_config", "estimate_memory", "estimate_step_time",
-    "gpu_limit_bytes", "host_limit_bytes", "largest_fitting", "main", "plan", "read_ds_config",
-    "reference_ds_configs", "reference_name", "reference_text", "resolve_precision", "resolve_strategies",
-    "trainable_params", "why_not", "write_ds_configs", "InputError", "Cluster", "LoraInfo", "MemoryEstimate",
-    "ModelSpec", "Plan", "StepTime", "Workload", "ZeroBuffers",
-]  # fmt: skip
 
 MAX_MICRO_BATCH = 64
 """Upper end of the micro-batch search: beyond it throughput no longer improves and accumulation is cheaper."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """One evaluated (strategy, checkpointing) pair at the micro-batch the search settled on."""
-
-    strategy: Strategy
-    gradient_checkpointing: bool
-    micro_batch_size: int
-    """The largest that fits; 1 (or the given micro-batch) when none fits."""
-    gradient_accumulation_steps: int
-    memory: MemoryEstimate
-    fits: bool
-    reason: str
-    """`fits...`, or why not with the numbers (`GPU: needs 17.2 GiB > 13.8 GiB`)."""
-    step: StepTime | None = None
-    """The step-time estimate; None when the option does not fit."""
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.step.tokens_per_second if self.step else 0.0
-
-
-@dataclass
-class PlanResult:
-    """What `plan` found: every option evaluated, the chosen one and its Plan, or advice when none fits."""
-
-    spec: ModelSpec
-    cluster: Cluster
-    precision: str
-    seq_len: int
-    options: list[Option]
-    chosen: Option | None
-    plan: Plan | None
-    notes: list[str] = field(default_factory=list)
-    advice: list[str] = field(default_factory=list)
-    """Nothing fits: what would, in numbers (more GPUs, host memory, a shorter sequence, LoRA/QLoRA)."""
-
-    @property
-    def fits(self) -> bool:
-        return self.chosen is not None
-
-
-
-class _Evaluator:
-    """Memoised estimate_memory for one model, cluster, sequence length and precision."""
-
-    def __init__(
-        self,
-        spec: ModelSpec,
-        cluster: Cluster,
-        *,
-        seq_len: int,
-        precision: str,
-        method: str,
-        task: str,
-        buffers: ZeroBuffers | None = None,
-        margin: bool = True,
-        lora: LoraInfo | None = None,
-        num_labels: int = 2,
-        pretrained: bool = False,
-        keeps_outputs: bool = False,
-        calibration: Calibration | None = None,
-    ) -> None:
-        self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
-        self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
-        self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
-        self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
-        self.num_labels = num_labels
-        self.margin = margin
-        self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if margin else cluster.gpu.memory_bytes
-        self.host_cap_bytes = host_limit_bytes(cluster.cpu_memory_bytes) if margin else cluster.cpu_memory_bytes
-        self.method, self.task = method, task
-        self.buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
-        self.attn = spec.attn_implementation or "sdpa"
-        self._cache: dict[tuple, MemoryEstimate] = {}
-
-    def workload(self, ckpt: bool, micro: int, accum: int = 1) -> Workload:
-        return Workload(
-            micro_batch_size=micro,
-            seq_len=self.seq_len,
-            gradient_checkpointing=ckpt,
-            precision=self.precision,
-            world_size=self.cluster.world_size,
-            gpus_per_node=self.cluster.gpus_per_node,
-            attn_implementation=self.attn,
-            method=self.method,
-            task=self.task,
-            gradient_accumulation_steps=accum,
-            lora_r=self.lora.r,
-            lora_dropout=self.lora.dropout,
-            num_labels=self.num_labels,
-            pretrained=self.pretrained,
-            keeps_outputs=self.keeps_outputs,
-        )
-
-    def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
-        key = (strategy, ckpt, micro, accum)
-        if key not in self._cache:
-            self._cache[key] = estimate_memory(
-                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name,
-                gpu_memory_bytes=None if self.cluster.is_cpu else self.cluster.gpu.memory_bytes,
-            )
-        return self._cache[key]
-
-    def why_not(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> str | None:
-        return why_not(self.memory(strategy, ckpt, micro, accum), self.gpu_cap_bytes, self.host_cap_bytes)
-
-    def like(
-        self, cluster: Cluster | None = None, seq_len: int | None = None, method: str | None = None,
-        keeps_outputs: bool | None = None,
-    ) -> "_Evaluator":
-        """Returns an evaluator for the same model and settings on another cluster, sequence length or method."""
-        return _Evaluator(
-            self.spec,
-            cluster or self.cluster,
-            seq_len=seq_len or self.seq_len,
-            precision=self.precision,
-            method=method or self.method,
-            task=self.task,
-            buffers=self.buffers,
-            margin=self.margin,
-            lora=self.lora,
-            num_labels=self.num_labels,
-            pretrained=self.pretrained,
-            keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
-            calibration=self.calibration,
-        )
-
-    def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
-        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
-                                  self.calibration)
 
 
 def largest_fitting(fits: Callable[[int], bool], cap: int) -> int:
@@ -270,22 +86,8 @@ def batch_shape(max_micro: int, world_size: int, global_batch: int | None) -> tu
     return micro, accum, note
 
 
-def known_failure(method: str, strategy: Strategy) -> str | None:
-    """Returns why DeepSpeed cannot run this combination whatever the memory (None when it can).
-
-    LoRA with ZeRO-3's parameters offloaded stops in the first training step with DeepSpeed 0.19.8's assertion
-    "Cannot partition a param in flight" (partition_parameters.py _partition_param), with and without gradient
-    checkpointing: measured with zero-run on Llama 3.2 1B and Mistral-7B LoRA in fp16 (H100 and H200, each
-    capped at a T4's memory, 2026-11-25; benchmarks/results/*phases-r3*, *phases-r4*). QLoRA there is not
-    measured: its frozen base is partitioned the same way, so it is left out too."""
-    if method in ("lora", "qlora") and strategy.offload_param != "none":
-        return ("does not run: DeepSpeed 0.19 stops LoRA with ZeRO-3 parameter offload in its first step "
-                "(\"Cannot partition a param in flight\"; measured)")
-    return None
-
-
 def _option(
-    ev: _Evaluator, strategy: Strategy, ckpt: bool, *, micro_batch: int | None, global_batch: int | None
+    ev: Evaluator, strategy: Strategy, ckpt: bool, *, micro_batch: int | None, global_batch: int | None
 ) -> tuple[Option, str | None]:
     """Returns the option for (strategy, ckpt) at its largest fitting (or the given) micro-batch, and a batch note."""
     world = ev.cluster.world_size
@@ -409,7 +211,7 @@ def plan(
         lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     else:
         lora = None
-    ev = _Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
+    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
                     lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration)  # fmt: skip
 
     options, batch_notes = [], {}
@@ -476,6 +278,3 @@ def _plan_auto(spec: ModelSpec, cluster: Cluster, **kwargs: Any) -> PlanResult:
         result.plan.notes[:0] = costs
     return result
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,10 +18,17 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from zero_planner.checkpoint import save_summary
-from zero_planner.fit import host_binding_phase
 from zero_planner.hardware import Cluster
-from zero_planner.plan import Plan
+from zero_planner.plan.fit import (
+    SAFETY_MARGIN_BYTES,
+    SAFETY_MARGIN_FRACTION,
+    gpu_limit_bytes,
+    host_binding_phase,
+    host_limit_bytes,
+)
+from zero_planner.plan.saves import save_summary
+from zero_planner.plan.search import SPEED_TIE
+from zero_planner.planfile import Plan
 
 GIB = 2**30
 DEFAULT_PIPE_WIDTH = 100
@@ -111,7 +118,7 @@ def option_text(option) -> str:
 
 def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes: int, fastest: float = 0.0) -> str:
     """Returns the table's short verdict: `chosen (fastest)` (or `chosen (tie, simplest)` when a candidate
-    within planner.SPEED_TIE is faster: `fastest` is the top tokens/s), `fits, 23% slower`, or what does not
+    within search.SPEED_TIE is faster: `fastest` is the top tokens/s), `fits, 23% slower`, or what does not
     fit (`GPU 17.2>13.8`: GiB needed > GiB allowed); `fitting` is how many candidates fit."""
     if option.fits:
         unmodelled = option.step is not None and not option.step.modelled  # CPU processes: no speed figure
@@ -128,7 +135,7 @@ def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes:
             return f"fits, {slower:.0%} slower" if slower >= 0.005 else "fits, as fast"
         return "fits"
     if option.reason.startswith("does not run"):
-        return "no: fails in DeepSpeed"  # planner.known_failure; --explain gives the reason in full
+        return "no: fails in DeepSpeed"  # options.known_failure; --explain gives the reason in full
     memory, problems = option.memory, []
     need = memory.fit_total_bytes or memory.total_bytes
     if need > gpu_cap_bytes:
@@ -183,7 +190,7 @@ def candidate_table(title: str, options, chosen, caption: str, *, wide: bool, gp
 def model_error_text() -> str:
     """Returns the step-time model's stated error: its median (and largest) error on architecture families left
     out of its fit (catalog/step_time.json, benchmarks/throughput_check.py)."""
-    from zero_planner.throughput import load_calibration
+    from zero_planner.plan.throughput import load_calibration
 
     cal = load_calibration()
     return (f"tokens/s: step-time model, ±{cal.median_error:.0%} (median error on architectures left out of its "
@@ -207,8 +214,6 @@ def why_chosen(options, chosen) -> str:
     best_other = max(others, key=lambda o: o.tokens_per_second)
     if chosen.step is not None and not chosen.step.modelled:
         return f"first of {len(fitting)} candidates that fit by the planner's order (tokens/s not modelled on CPU)"
-    from zero_planner.planner import SPEED_TIE
-
     ahead = chosen.tokens_per_second / best_other.tokens_per_second - 1 if best_other.tokens_per_second else 0
     margin = f"{ahead:.0%} ahead of" if ahead >= SPEED_TIE else "as fast as (simpler than)"
     if ahead < 0:  # a tie within SPEED_TIE, won by the simpler candidate
@@ -259,8 +264,6 @@ def explain(console, options, chosen) -> None:
 
 def print_plan_result(console, result, *, spec_name: str, method: str = "full", wide: bool = False,
                       show_reasons: bool = False) -> None:  # fmt: skip
-    from zero_planner.planner import SAFETY_MARGIN_BYTES, SAFETY_MARGIN_FRACTION, gpu_limit_bytes, host_limit_bytes
-
     cluster, spec = result.cluster, result.spec
     gpu_cap, host_cap = gpu_limit_bytes(cluster.gpu.memory_bytes), host_limit_bytes(cluster.cpu_memory_bytes)
     title = (
@@ -343,7 +346,7 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         + (f"; logs to {', '.join(t.report_to)}" if t.report_to else ""), hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
     if chosen is not None and chosen.tokens_per_second:
-        from zero_planner.throughput import load_calibration
+        from zero_planner.plan.throughput import load_calibration
 
         cal = load_calibration()
         say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{cal.median_error:.0%} "
@@ -417,7 +420,7 @@ def _price(price: float | None) -> str:
 def print_comparison(console, rows, *, spec_name: str, spec, tokens: int, seq_len: int, notes=()) -> None:
     """Prints the --compare table, the stated error of its times, the fastest and the cheapest cluster, and
     what would fit where nothing does."""
-    from zero_planner.throughput import load_calibration
+    from zero_planner.plan.throughput import load_calibration
 
     cal = load_calibration()
     title = (f"{tokens:,} tokens of {spec_name} ({spec.num_params / 1e9:.2f}B params), seq {seq_len}: "

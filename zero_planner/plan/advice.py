@@ -7,15 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from zero_planner.fit import GIB, HOST_MARGIN_FRACTION, _gib
 from zero_planner.hardware import Cluster
-from zero_planner.memory import MemoryEstimate, trainable_params
+from zero_planner.plan.fit import GIB, HOST_MARGIN_FRACTION, _gib
+from zero_planner.plan.memory import MemoryEstimate, trainable_params
+from zero_planner.plan.options import Evaluator, PlanResult, known_failure
 from zero_planner.strategies import STRATEGIES, Strategy
-
-if TYPE_CHECKING:  # the planner imports this module; these names are for annotations only
-    from zero_planner.planner import PlanResult, _Evaluator
 
 MAX_WORLD_SIZE_SEARCHED = 64
 """When nothing fits, the planner looks for the smallest number of GPUs of the same type that would, up to this."""
@@ -24,14 +21,14 @@ MIN_SEQ_LEN_SUGGESTED = 64
 
 
 def _smallest(
-    ev: _Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
+    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
 ) -> tuple[Strategy, bool, MemoryEstimate]:
     """Returns the (strategy, ckpt, memory) at micro-batch 1 with the smallest per-GPU total."""
     return min(((s, c, ev.memory(s, c, 1)) for s in strategies for c in ckpts), key=lambda t: t[2].total_bytes)
 
 
 def _first_fit(
-    ev: _Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
+    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
 ) -> tuple[Strategy, bool, MemoryEstimate] | None:
     """Returns the first (strategy, ckpt, memory) that fits at micro-batch 1, in strategy order, or None."""
     for strategy in strategies:
@@ -43,6 +40,14 @@ def _first_fit(
 
 def _ckpt_text(ckpt: bool) -> str:
     return "with gradient checkpointing" if ckpt else "without checkpointing"
+
+
+def _fit_text(fit: tuple[Strategy, bool, MemoryEstimate], *, host: bool = False) -> str:
+    """Returns how a _first_fit answer fits: its stage and checkpointing at micro-batch 1, with the GiB per GPU (and
+    per host node)."""
+    strategy, ckpt, memory = fit
+    host_text = f", {_gib(memory.cpu_total_bytes)} host per node" if host else ""
+    return f"stage {strategy.name} {_ckpt_text(ckpt)} at micro-batch 1 ({_gib(memory.total_bytes)} per GPU{host_text})"
 
 
 def _layouts(cluster: Cluster):
@@ -71,7 +76,7 @@ def _gpus_text(cluster: Cluster) -> str:
 
 def advice(
     result: PlanResult,
-    ev: _Evaluator,
+    ev: Evaluator,
     *,
     micro_batch: int | None,
     ckpts: Sequence[bool],
@@ -79,8 +84,6 @@ def advice(
 ) -> list[str]:
     """Returns what would make a plan fit, each line with its numbers: the smallest option's need, another
     stage or checkpointing, more host memory (offload), more GPUs, a shorter sequence, LoRA/QLoRA."""
-    from zero_planner.planner import known_failure
-
     cluster, spec = result.cluster, result.spec
     every = [s for s in STRATEGIES.values() if not known_failure(ev.method, s)]
     both = [False, True]
@@ -136,11 +139,8 @@ def advice(
             found = (bigger, fit)
             break
     if found:
-        bigger, (s, c, m) = found
-        lines.append(
-            f"more GPUs: --gpus {_gpus_text(bigger)} fits with stage {s.name} {_ckpt_text(c)} at micro-batch 1 "
-            f"({_gib(m.total_bytes)} per GPU, {_gib(m.cpu_total_bytes)} host per node)"
-        )
+        bigger, fit = found
+        lines.append(f"more GPUs: --gpus {_gpus_text(bigger)} fits with {_fit_text(fit, host=True)}")
     elif not cluster.is_cpu:
         lines.append(
             f"more GPUs: no count of {cluster.gpu.name} up to {MAX_WORLD_SIZE_SEARCHED} fits at --seq-len {ev.seq_len}"
@@ -152,10 +152,7 @@ def advice(
         short_ev = ev.like(seq_len=seq)
         fit = _first_fit(short_ev, every, both)
         if fit:
-            lines.append(
-                f"a shorter sequence: --seq-len {seq} fits with stage {fit[0].name} {_ckpt_text(fit[1])} at "
-                f"micro-batch 1 ({_gib(fit[2].total_bytes)} per GPU)"
-            )
+            lines.append(f"a shorter sequence: --seq-len {seq} fits with {_fit_text(fit)}")
             break
         seq //= 2
     else:
@@ -167,11 +164,9 @@ def advice(
             adapter_ev = ev.like(method=method)
             fit = _first_fit(adapter_ev, every, both)
             if fit:
-                fitting.append(
-                    f"--method {method} (r={adapter_ev.lora.r}: {trainable_params(spec, adapter_ev.workload(False, 1)) / 1e6:.1f}M "
-                    f"trainable parameters) fits with stage {fit[0].name} {_ckpt_text(fit[1])} at micro-batch 1 "
-                    f"({_gib(fit[2].total_bytes)} per GPU)"
-                )
+                trainable = trainable_params(spec, adapter_ev.workload(False, 1))
+                fitting.append(f"--method {method} (r={adapter_ev.lora.r}: {trainable / 1e6:.1f}M trainable parameters) "
+                               f"fits with {_fit_text(fit)}")  # fmt: skip
         if fitting:
             lines += fitting
             lines.append("--method auto plans both and takes the faster that fits")

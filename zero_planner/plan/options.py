@@ -1,0 +1,169 @@
+"""What the search weighs: one evaluated candidate (Option), the search's result (PlanResult), and the memoised
+estimates it is made from (Evaluator); also the combinations DeepSpeed cannot run whatever the memory.
+
+    Evaluator(spec, cluster, seq_len=..., precision=..., method=..., task=...)
+        .memory(strategy, ckpt, micro, accum)   -> MemoryEstimate (memoised)
+        .why_not(strategy, ckpt, micro, accum)  -> None, or why it does not fit under the caps
+        .step(strategy, ckpt, micro, accum)     -> StepTime
+    known_failure(method, strategy)             -> None, or why DeepSpeed cannot run it
+
+Below the search (search.py) and the modules that work on its results (advice.py, assemble.py, userconfig.py),
+so that each of them imports these types instead of the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zero_planner.hardware import Cluster
+from zero_planner.models.spec import ModelSpec
+from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes, why_not
+from zero_planner.plan.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory
+from zero_planner.plan.throughput import Calibration, StepTime, estimate_step_time
+from zero_planner.planfile import LoraInfo, Plan
+from zero_planner.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class Option:
+    """One evaluated (strategy, checkpointing) pair at the micro-batch the search settled on."""
+
+    strategy: Strategy
+    gradient_checkpointing: bool
+    micro_batch_size: int
+    """The largest that fits; 1 (or the given micro-batch) when none fits."""
+    gradient_accumulation_steps: int
+    memory: MemoryEstimate
+    fits: bool
+    reason: str
+    """`fits...`, or why not with the numbers (`GPU: needs 17.2 GiB > 13.8 GiB`)."""
+    step: StepTime | None = None
+    """The step-time estimate; None when the option does not fit."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.step.tokens_per_second if self.step else 0.0
+
+
+@dataclass
+class PlanResult:
+    """What `plan` found: every option evaluated, the chosen one and its Plan, or advice when none fits."""
+
+    spec: ModelSpec
+    cluster: Cluster
+    precision: str
+    seq_len: int
+    options: list[Option]
+    chosen: Option | None
+    plan: Plan | None
+    notes: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    """Nothing fits: what would, in numbers (more GPUs, host memory, a shorter sequence, LoRA/QLoRA)."""
+
+    @property
+    def fits(self) -> bool:
+        return self.chosen is not None
+
+
+class Evaluator:
+    """Memoised estimate_memory for one model, cluster, sequence length and precision."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        cluster: Cluster,
+        *,
+        seq_len: int,
+        precision: str,
+        method: str,
+        task: str,
+        buffers: ZeroBuffers | None = None,
+        margin: bool = True,
+        lora: LoraInfo | None = None,
+        num_labels: int = 2,
+        pretrained: bool = False,
+        keeps_outputs: bool = False,
+        calibration: Calibration | None = None,
+    ) -> None:
+        self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
+        self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
+        self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
+        self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
+        self.num_labels = num_labels
+        self.margin = margin
+        self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if margin else cluster.gpu.memory_bytes
+        self.host_cap_bytes = host_limit_bytes(cluster.cpu_memory_bytes) if margin else cluster.cpu_memory_bytes
+        self.method, self.task = method, task
+        self.buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
+        self.attn = spec.attn_implementation or "sdpa"
+        self._cache: dict[tuple, MemoryEstimate] = {}
+
+    def workload(self, ckpt: bool, micro: int, accum: int = 1) -> Workload:
+        return Workload(
+            micro_batch_size=micro,
+            seq_len=self.seq_len,
+            gradient_checkpointing=ckpt,
+            precision=self.precision,
+            world_size=self.cluster.world_size,
+            gpus_per_node=self.cluster.gpus_per_node,
+            attn_implementation=self.attn,
+            method=self.method,
+            task=self.task,
+            gradient_accumulation_steps=accum,
+            lora_r=self.lora.r,
+            lora_dropout=self.lora.dropout,
+            num_labels=self.num_labels,
+            pretrained=self.pretrained,
+            keeps_outputs=self.keeps_outputs,
+        )
+
+    def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
+        key = (strategy, ckpt, micro, accum)
+        if key not in self._cache:
+            self._cache[key] = estimate_memory(
+                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name,
+                gpu_memory_bytes=None if self.cluster.is_cpu else self.cluster.gpu.memory_bytes,
+            )
+        return self._cache[key]
+
+    def why_not(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> str | None:
+        return why_not(self.memory(strategy, ckpt, micro, accum), self.gpu_cap_bytes, self.host_cap_bytes)
+
+    def like(
+        self, cluster: Cluster | None = None, seq_len: int | None = None, method: str | None = None,
+        keeps_outputs: bool | None = None,
+    ) -> "Evaluator":
+        """Returns an evaluator for the same model and settings on another cluster, sequence length or method."""
+        return Evaluator(
+            self.spec,
+            cluster or self.cluster,
+            seq_len=seq_len or self.seq_len,
+            precision=self.precision,
+            method=method or self.method,
+            task=self.task,
+            buffers=self.buffers,
+            margin=self.margin,
+            lora=self.lora,
+            num_labels=self.num_labels,
+            pretrained=self.pretrained,
+            keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
+            calibration=self.calibration,
+        )
+
+    def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
+        return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
+                                  self.calibration)
+
+
+def known_failure(method: str, strategy: Strategy) -> str | None:
+    """Returns why DeepSpeed cannot run this combination whatever the memory (None when it can).
+
+    LoRA with ZeRO-3's parameters offloaded stops in the first training step with DeepSpeed 0.19.8's assertion
+    "Cannot partition a param in flight" (partition_parameters.py _partition_param), with and without gradient
+    checkpointing: measured with zero-run on Llama 3.2 1B and Mistral-7B LoRA in fp16 (H100 and H200, each
+    capped at a T4's memory, 2026-11-25; benchmarks/results/*phases-r3*, *phases-r4*). QLoRA there is not
+    measured: its frozen base is partitioned the same way, so it is left out too."""
+    if method in ("lora", "qlora") and strategy.offload_param != "none":
+        return ("does not run: DeepSpeed 0.19 stops LoRA with ZeRO-3 parameter offload in its first step "
+                "(\"Cannot partition a param in flight\"; measured)")
+    return None
