@@ -202,6 +202,15 @@ KNOWN_PHASE_MISSES: dict[tuple[str, str], str] = {
     ("qwen2.5-3b|2-offload|fp16|", "host export"): "the same as its train phase: no Adam moments in host memory",
 }
 
+SUPERSEDED_PHASES: dict[tuple[str, str], str] = {
+    # (results file, case id) -> why its load and initialize were measured with code zero-run no longer runs
+    ("h100x1-phases-r2-2026-11-25.jsonl", "llama3.2-1b|0|fp16|qlora|mb2|s1024|gc|T4|2"): (
+        "measured with peft's prepare_model_for_kbit_training, which upcast the kept 16-bit weights to fp32 "
+        "(load 1.936, initialize 1.957 GiB); zero-run no longer upcasts (modeling.prepare_for_kbit_training) and "
+        "phases-r5 measured the same case at load 1.446, initialize 1.146 GiB, its other phases unchanged"
+    ),
+}
+
 
 def run_total(est, phases) -> int:
     """Returns `total` over only `phases` (peak of those + the same overhead)."""
@@ -267,6 +276,9 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         case = row["case"]
         if case.get("kind") != "zero-run":
             continue
+        superseded = SUPERSEDED_PHASES.get((row.get("file"), row["id"]))
+        if superseded:
+            known_lines.append(f"  {row['id']} ({row['file']}) load and initialize not compared: {superseded}")
         spec, est = predict(row, specs)
         planned = case.get("planned", {})
         capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES if case.get("memory_limit_bytes") else row["provenance"]["gpu_memory_bytes"]
@@ -285,6 +297,8 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         for phase in PHASES:
             figures = rank.get("phases", {}).get(phase)
             if not figures or not figures.get("peak_allocated_bytes"):
+                continue
+            if superseded and phase in ("load", "initialize"):
                 continue
             measured, predicted = figures["peak_allocated_bytes"], est.phase_peaks[phase]
             error = (predicted - measured) / measured

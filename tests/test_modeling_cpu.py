@@ -90,3 +90,31 @@ def test_the_harness_measures_the_model_zero_run_trains(method):
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert ours.training and theirs.training
     assert sum(p.requires_grad for p in ours.parameters()) == sum(p.requires_grad for p in theirs.parameters())
+
+
+def test_kbit_preparation_keeps_the_training_dtype_and_deepspeed_would_cast_back_exactly():
+    """zero-run prepares a QLoRA base as peft's prepare_model_for_kbit_training does, less its fp32 upcast of the
+    weights it keeps in 16 bits. The upcast is lossless and deepspeed.initialize casts every parameter back to
+    the training dtype, so skipping it changes no weight the run trains with, only the load phase's memory."""
+    import torch
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from zero_planner.run.modeling import prepare_for_kbit_training
+
+    config = AutoConfig.for_model(**json.loads((ROOT / "benchmarks/model_configs/llama-tiny.json").read_text()))
+    torch.manual_seed(0)
+    ours = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    peft_way = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    peft_way.load_state_dict(ours.state_dict())
+    prepare_for_kbit_training(ours, gradient_checkpointing=True, zero_stage=0)
+    peft_way = prepare_model_for_kbit_training(peft_way, use_gradient_checkpointing=True,
+                                               gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in ours.parameters())
+    assert {p.dtype for p in peft_way.parameters()} == {torch.float32}  # what the upcast did
+    for (name, mine), (_, theirs) in zip(ours.named_parameters(), peft_way.named_parameters(), strict=True):
+        assert torch.equal(mine, theirs.to(torch.bfloat16)), name  # DeepSpeed's cast back gives the same weights
+    assert ours.is_gradient_checkpointing
+    embeddings = ours.get_input_embeddings()(torch.tensor([[1, 2, 3]]))
+    assert embeddings.requires_grad  # the non-reentrant checkpoint's input, as peft's hook makes it

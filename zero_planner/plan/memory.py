@@ -848,20 +848,16 @@ def load_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int
     head = w * spec.vocab_size * spec.hidden_size if spec.tie_word_embeddings and causal and not workload.pretrained else 0
     cast_peak = 0
     if workload.method == "qlora":
-        # bitsandbytes quantises each linear weight as from_pretrained reads it (the 4-bit model, W). Below ZeRO-3
-        # peft's prepare_model_for_kbit_training then upcasts every weight it did not quantise (embedding,
-        # norms, a seq-cls head) to fp32, each while its 16-bit original is still held, and deepspeed.initialize
-        # casts them back (engine._cast_module_mixed_precision). Census (benchmarks/phase_census.py, Llama 3.2 1B,
-        # H100): at the load peak the fp32 embedding (0.98 GiB), the 16-bit one being read (0.49) and the 4-bit
-        # linear weights. Under ZeRO-3 nothing is upcast (modeling.build_qlora_base): W and one 16-bit weight read.
-        linear = _linear(spec)["numel"]
-        kept = task_params(spec, workload) - linear  # the weights left in 16 bits
-        if stage < 3:
-            load = math.ceil(NF4_BYTES_PER_PARAM * linear) + 4 * kept + w * spec.largest_tensor_numel
-            cast_peak = load
-        else:
-            load = W + w * spec.largest_tensor_numel
-            cast_peak = load  # initialize partitions the model it finds whole on the GPU (not built under zero.Init)
+        # bitsandbytes quantises each linear weight as from_pretrained reads it (the 4-bit model, W), one 16-bit
+        # weight read at a time beside it. zero-run does not upcast the weights it keeps in 16 bits to fp32 as
+        # peft's prepare_model_for_kbit_training would (modeling.prepare_for_kbit_training: deepspeed.initialize
+        # casts them back anyway); with that upcast the load peak was the fp32 embedding (0.98 GiB), the 16-bit
+        # one being read (0.49) and the 4-bit linear weights (census, benchmarks/phase_census.py, Llama 3.2 1B,
+        # H100), 4 + 2 bytes per kept weight where 2 remain. Below ZeRO-3 initialize then casts nothing (the
+        # weights are in the training dtype already); under ZeRO-3 it partitions the model it finds whole on
+        # the GPU (not built under zero.Init), holding the load phase's figure again.
+        load = W + w * spec.largest_tensor_numel
+        cast_peak = load if stage == 3 else 0
     elif stage < 3:
         load = W + head
     else:

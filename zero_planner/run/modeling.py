@@ -331,6 +331,29 @@ def save_random_base(model, folder) -> None:
     model.config.to_json_file(os.path.join(folder, "config.json"))
 
 
+def prepare_for_kbit_training(model, *, gradient_checkpointing: bool, zero_stage: int) -> None:
+    """Prepares a 4-bit model for adapter training as peft's prepare_model_for_kbit_training does (peft 0.21,
+    utils/other.py), less its upcast of every weight it did not quantise (embeddings, norms, a seq-cls head) to
+    fp32: every base weight frozen, and with checkpointing, non-reentrant checkpointing and the embeddings'
+    output requiring grad (peft's forward hook for that case).
+
+    The upcast changes nothing in a DeepSpeed run: deepspeed.initialize casts every parameter back to the
+    16-bit training dtype (engine._configure_distributed_model, _cast_module_mixed_precision), so the fp32
+    copies only raised the load phase's peak (the fp32 weight beside its 16-bit original while casting: 4 + 2
+    bytes per kept weight where 2 remain). Under ZeRO-3 the upcast is skipped anyway: ZeRO-3 cannot partition
+    fp32 weights beside the 16-bit quant storage (TRL skips it for this "sharded QLoRA" case too)."""
+    for param in model.parameters():
+        param.requires_grad = False
+    if not gradient_checkpointing:
+        return
+    if zero_stage != 3:
+        def make_inputs_require_grad(module, inputs, output):
+            output.requires_grad_(True)
+
+        model.get_input_embeddings().register_forward_hook(make_inputs_require_grad)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def build_qlora_base(
     config_dict: dict[str, Any],
     *,
@@ -356,7 +379,6 @@ def build_qlora_base(
     import tempfile
 
     import torch
-    from peft import prepare_model_for_kbit_training
 
     zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
     dtype = getattr(torch, TORCH_DTYPES[precision])
@@ -395,17 +417,7 @@ def build_qlora_base(
     )
     if task == "seq-cls" and model.config.pad_token_id is None:
         model.config.pad_token_id = 0
-    if zero_stage == 3:
-        # prepare_model_for_kbit_training upcasts every non-quantised weight to fp32, which ZeRO-3 cannot
-        # partition beside the 16-bit quant storage; TRL skips it for this "sharded QLoRA" case too.
-        if gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model = prepare_model_for_kbit_training(
-            model,
-            use_gradient_checkpointing=gradient_checkpointing,
-            gradient_checkpointing_kwargs={"use_reentrant": False},
-        )
+    prepare_for_kbit_training(model, gradient_checkpointing=gradient_checkpointing, zero_stage=zero_stage)
     if gradient_checkpointing:
         model.config.use_cache = False
     if weights_path is None:
