@@ -351,7 +351,7 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         print("  did not finish:")
         print("\n".join(ooms))
     if known_lines:
-        print("  known phase misses (KNOWN_PHASE_MISSES):")
+        print("  known phase misses (KNOWN_PHASE_MISSES) and runs superseded by newer code (SUPERSEDED_PHASES):")
         print("\n".join(known_lines))
     return failures
 
