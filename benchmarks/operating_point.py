@@ -43,9 +43,11 @@ SETTINGS = [
 
 
 def operating_cases(model: str, seq_len: int, *, gpu: str, capacity: int | None, host: int,
-                    roles: tuple[str, ...] = ("pick", "next"), chosen_only: bool = False) -> list[dict]:
-    """Returns the harness cases of one setting: each fitting candidate at its micro-batch and one above."""
-    cluster = parse_gpus(f"1x{gpu}", host)
+                    roles: tuple[str, ...] = ("pick", "next"), chosen_only: bool = False,
+                    num_gpus: int = 1) -> list[dict]:
+    """Returns the harness cases of one setting: each fitting candidate at its micro-batch and one above, on
+    `num_gpus` GPUs of one host (`host` is that host's memory)."""
+    cluster = parse_gpus(f"{num_gpus}x{gpu}", host)
     if capacity is not None:
         cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, memory_bytes=capacity))
     spec = spec_from_config(model_config(model), model)
@@ -56,7 +58,7 @@ def operating_cases(model: str, seq_len: int, *, gpu: str, capacity: int | None,
         for role in roles:
             micro = option.micro_batch_size + (role == "next")
             c = expand_case(case(model, option.strategy.name, mb=micro, seq=seq_len, gc=option.gradient_checkpointing,
-                                 precision=result.precision))  # fmt: skip
+                                 gpus=num_gpus, precision=result.precision))  # fmt: skip
             cap = cluster.gpu.memory_bytes
             c["id"] += f"|cap{cap / GiB:.1f}|xs"
             c["alloc_conf"] = ALLOC_CONF  # as zero-run launches
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="H100", help="catalog GPU the harness runs on")
     parser.add_argument("--capacity", default=None, help="emulated GPU capacity (24GiB); default the whole GPU")
     parser.add_argument("--host", default="120GiB", help="host memory the plans may use (per case)")
+    parser.add_argument("--num-gpus", type=int, default=1, help="GPUs of one host each case runs on")
     parser.add_argument("--settings", default=None, help="model:seq,... (default: all of SETTINGS)")
     parser.add_argument("--roles", default="pick,next")
     parser.add_argument("--chosen-only", action="store_true", help="only the candidate the planner chooses")
@@ -148,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     roles = tuple(args.roles.split(","))
     append_cases(args.out, ((f"{model} s{seq}", operating_cases(model, seq, gpu=args.gpu, capacity=capacity,
                                                                    host=parse_size(args.host), roles=roles,
-                                                                   chosen_only=args.chosen_only))
+                                                                   chosen_only=args.chosen_only,
+                                                                   num_gpus=args.num_gpus))
                             for model, seq in settings))  # fmt: skip
     return 0
 
