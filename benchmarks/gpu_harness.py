@@ -66,10 +66,22 @@ def provenance() -> dict:
     }
 
 
+_next_port = 20000
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """Returns a port for a case's rendezvous, below Linux's ephemeral range (32768-60999): a port the kernel
+    hands out (bind to 0) may be taken by another case's outgoing connection before this case's launcher
+    listens on it (2026-11-26, 4 x H100: EADDRINUSE on 60969 with ten cases starting at once)."""
+    global _next_port
+    while True:
+        port, _next_port = _next_port, 20000 + (_next_port - 20000 + 1) % 10000
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 # Device memory kept free beside each memory-limited case: its CUDA context (1.3 GiB measured) and what
@@ -132,7 +144,9 @@ class Running:
             if path.exists():
                 ranks.append(json.loads(path.read_text()))
         statuses = {r["status"] for r in ranks}
-        if status_override:
+        if "oom" in statuses:  # a rank out of memory leaves its peers waiting: that is the case's outcome
+            status = "oom"
+        elif status_override:
             status = status_override
         elif len(ranks) < (1 if self.case.get("kind") == "zero-run" else len(self.gpus)):
             status = "oom" if "oom" in statuses else "crash"

@@ -197,9 +197,12 @@ def main() -> None:
     from zero_planner.run.train import release_shm_buffer  # CPU runs only: DeepSpeed leaks it otherwise
 
     release_shm_buffer()
-    # Ranks that hit OOM may leave collectives hanging in their peers; leave at once.
+    # Ranks that hit OOM may leave collectives hanging in their peers; leave at once, and with a failing status
+    # where there are peers: the launcher then ends them (launch.py sigkill_handler) instead of their waiting in
+    # a collective until the harness's timeout (Llama 3.2 3B ZeRO-1 on 4 GPUs, 2026-11-26: one rank out of
+    # memory, three waiting 140 s).
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(1 if record["status"] != "ok" and int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0)
 
 
 def random_base(config: dict, precision: str, task: str, attn: str, device: str) -> str:
