@@ -35,3 +35,33 @@ def test_host_budget_can_be_given_where_memtotal_grows_with_use(monkeypatch):
     assert host_budget_bytes() == 240 * GiB
     monkeypatch.delenv("HARNESS_HOST_BYTES")
     assert 0 < host_budget_bytes() + 16 * GiB < 2**50  # read from /proc/meminfo
+
+
+def test_cases_on_several_gpus_are_planned_for_that_many():
+    cases = operating_cases("qwen2.5-0.5b", 1024, gpu="H100", capacity=24 * GiB, host=60 * GiB, num_gpus=4,
+                            roles=("pick",))  # fmt: skip
+    single = operating_cases("qwen2.5-0.5b", 1024, gpu="H100", capacity=24 * GiB, host=60 * GiB, roles=("pick",))
+    assert cases and all(c["num_gpus"] == 4 and "|g4|" in c["id"] for c in cases)
+    for c in cases:
+        ds = c["deepspeed_config"]
+        assert ds["train_batch_size"] == 4 * ds["train_micro_batch_size_per_gpu"] == 4 * c["micro_batch_size"]
+    # Partitioned states leave more room per GPU on four: ZeRO-3's pick is larger than on one.
+    pick = {c["strategy"] + str(c["gradient_checkpointing"]): c["micro_batch_size"] for c in single}
+    assert any(c["micro_batch_size"] > pick.get(c["strategy"] + str(c["gradient_checkpointing"]), 10**6)
+               for c in cases if c["strategy"] == "3")
+
+
+def test_rendezvous_ports_stay_below_the_ephemeral_range():
+    from benchmarks.gpu_harness import free_port
+
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50 and all(20000 <= p < 32768 for p in ports)
+
+
+def test_a_rank_out_of_memory_is_the_outcome_of_a_case_that_timed_out():
+    from benchmarks.memory_regression import case_outcome
+
+    waited = {"status": "timeout", "ranks": [{"rank": 2, "status": "oom"}]}
+    assert case_outcome(waited) == "oom"
+    assert case_outcome({"status": "timeout", "ranks": []}) == "timeout"
+    assert case_outcome({"status": "ok", "ranks": [{"status": "ok"}]}) == "ok"
