@@ -556,3 +556,43 @@ def test_qlora_load_holds_its_kept_weights_in_16_bits(stage):
     load, cast_peak = load_peak(spec, STRATEGIES[stage], workload, W=W)
     assert load == W + 2 * spec.largest_tensor_numel
     assert cast_peak == (load if stage == "3" else 0)  # ZeRO-3 partitions the loaded model; below it nothing is cast
+
+
+def test_zero1_without_overlap_holds_every_gradient_until_backward_ends():
+    # ZeRO-1 reduces nothing during backward unless overlap_comm is on (our JSON: off; DeepSpeed's default: off):
+    # at backward's end each rank holds all 2P bytes of gradients, and a tied embedding's last accumulation two
+    # more embedding-sized tensors. On 8 GPUs that end is above the step (2P vs (2 + 2 + 4) P / 8).
+    vocab, hidden = 50_000, 1000
+    spec, wl, strategy = synthetic_spec(vocab_size=vocab), workload(8), STRATEGIES["1"]
+    ours = ZeroBuffers.for_model(spec.hidden_size)
+    resident = 2 * P + 12 * P // 8
+    est = estimate_memory(spec, strategy, wl, ours, gpu_name="H100")
+    assert est.train_peak_bytes == resident + WS + 2 * P + 2 * 2 * vocab * hidden
+    untied = estimate_memory(dataclasses.replace(spec, tie_word_embeddings=False), strategy, wl, ours, gpu_name="H100")
+    assert untied.train_peak_bytes == resident + WS + 2 * P
+    # With overlap_comm the gradients are reduced as backward makes them: the step's partition copies bind.
+    overlap = dataclasses.replace(ours, overlap_comm=True)
+    assert estimate_memory(spec, strategy, wl, overlap, gpu_name="H100").train_peak_bytes == resident + WS + 8 * P // 8
+    # ZeRO-1 reduces only at the accumulation boundary, overlap or not: between micro-steps the whole gradients
+    # stay; ZeRO-2 keeps its partition.
+    accum = workload(8, gradient_accumulation_steps=4)
+    assert model_states(spec, strategy, accum, ours, W=2 * P, P=P).accumulated_gradients_bytes == 2 * P
+    overlapped = model_states(spec, strategy, accum, overlap, W=2 * P, P=P)
+    assert overlapped.accumulated_gradients_bytes == 2 * P and overlapped.backward_end_bytes == 0
+    zero2 = model_states(spec, STRATEGIES["2"], accum, ours, W=2 * P, P=P)
+    assert zero2.accumulated_gradients_bytes == 2 * P // 8 and zero2.backward_end_bytes == 0
+
+
+def test_our_zero1_json_is_estimated_as_written():
+    # The planner's own buffers say what its DeepSpeed JSON says at stage 1, so a user's copy of that JSON
+    # (--ds-config) is estimated to the byte as the plan was.
+    from zero_planner.plan.dsconfig import build_ds_config
+
+    spec = synthetic_spec(vocab_size=50_000)
+    config = build_ds_config(STRATEGIES["1"], micro_batch_size=1, gradient_accumulation_steps=1, world_size=8,
+                             precision="bf16", hidden_size=spec.hidden_size)  # fmt: skip
+    from_json = ZeroBuffers.from_ds_config(config, spec.hidden_size)
+    assert from_json.overlap_comm is False
+    wl = workload(8)
+    assert (estimate_memory(spec, STRATEGIES["1"], wl, from_json, gpu_name="H100").train_peak_bytes
+            == estimate_memory(spec, STRATEGIES["1"], wl, gpu_name="H100").train_peak_bytes)

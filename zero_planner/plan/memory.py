@@ -122,7 +122,9 @@ class ZeroBuffers:
 
     @classmethod
     def for_model(cls, hidden_size: int) -> "ZeroBuffers":
-        """Returns the sizes our own dsconfig emits for this hidden size."""
+        """Returns the sizes our own dsconfig emits for this hidden size, and its two switches as it writes them
+        at the stage whose memory reads each: overlap_comm at stage 1 (off there; on at stages 2-3, where the
+        gradients are partitioned in backward either way), contiguous_gradients at stage 3 (on)."""
         sizes = bucket_sizes(hidden_size)
         return cls(
             reduce_bucket_size=sizes["reduce_bucket_size"],
@@ -130,7 +132,7 @@ class ZeroBuffers:
             prefetch_bucket_size=sizes["stage3_prefetch_bucket_size"],
             param_persistence_threshold=sizes["stage3_param_persistence_threshold"],
             max_live_parameters=1_000_000_000,
-            overlap_comm=True,
+            overlap_comm=False,
             contiguous_gradients=True,
         )
 
@@ -529,6 +531,9 @@ class ModelStates:
     partition_at_activation_peak: bool
     """Stages 1-2 on the GPU with an untied head: its gradient, the first of backward, allocates the contiguous
     gradient partition while every activation is still alive."""
+    backward_end_bytes: int = 0
+    """Stage 1 without overlap_comm: every gradient, held whole until backward ends (and a tied embedding's last
+    accumulation), on top of the resident states; 0 where gradients are reduced as backward makes them."""
     notes: tuple[str, ...] = ()
 
     @property
@@ -562,6 +567,7 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
 
     gathered = 0
     head_after_loss = 0
+    backward_end = 0
     # Stages 1/2 on the GPU: the lm_head gradient is the first one produced, so the contiguous gradient
     # partition (2P/n) is allocated while every activation is still alive.
     partition_at_activation_peak = False
@@ -587,7 +593,21 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
         # 4 P / n (measured 1.9 GiB on Qwen2.5-0.5B, H100).
         step_transient = (w + w + 4) * P // n if mixed else w * P // n
         partition_at_activation_peak = bool(untied_head)
-        grads_between_micro_steps = gradients if accum else 0
+        # ZeRO-1 reduces gradients only at the accumulation boundary (engine.py allreduce_gradients): between
+        # micro-steps each rank keeps every gradient whole. ZeRO-2 reduces in every backward and keeps its partition.
+        # (Read from the code; no ZeRO-1 accumulation case was measured.)
+        grads_between_micro_steps = (w * P if stage == 1 else gradients) if accum else 0
+        if stage == 1 and not buffers.overlap_comm:
+            # ZeRO-1 without overlap_comm reduces nothing while backward runs (stage_1_and_2.py process_gradients
+            # reduces only with partition_gradients or overlap_comm; reduce_gradients then walks every parameter
+            # once backward is done): each rank holds every gradient whole at backward's end. A tied embedding's
+            # last gradient arrives while its head's is held, and autograd sums the two into a third tensor:
+            # 2 x V x H more at that moment. Measured at the end of backward (bf16; peak = resident + 2P + 2 x
+            # embedding to the MiB): Llama 3.2 3B on 4 and 1 GPUs, Gemma 2 2B on 4 (+44 MB); untied Mistral-8L
+            # and Mixtral-tiny had 92-131 MB above resident + 2P that this does not count.
+            tied_tail = w * spec.vocab_size * spec.hidden_size * 2 if (
+                spec.tie_word_embeddings and not adapters and workload.task == "causal-lm") else 0
+            backward_end = w * P + tied_tail
     elif stage in (1, 2):  # optimizer offloaded to the CPU
         params = W
         optimizer = 0
@@ -646,6 +666,7 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
         gathered_bytes=gathered,
         head_after_loss_bytes=head_after_loss,
         partition_at_activation_peak=partition_at_activation_peak,
+        backward_end_bytes=backward_end,
         notes=tuple(notes),
     )
 
@@ -702,12 +723,15 @@ class StepMoments(NamedTuple):
 def train_step_moments(states: ModelStates, act: Activations, *, backward_activations: int, ws: int,
                        held: int) -> StepMoments:  # fmt: skip
     """Returns the three moments' allocated bytes (their largest is the training steps' peak); ws: cuBLAS
-    workspaces; held: kept_outputs_bytes."""
+    workspaces; held: kept_outputs_bytes. The backward's is the larger of the loss's backward and its end, where
+    ZeRO-1 without overlap_comm holds every gradient (ModelStates.backward_end_bytes; the accumulated gradients
+    are those same tensors)."""
     resident = states.resident_bytes
     between = states.accumulated_gradients_bytes + ws + states.gathered_bytes
+    backward_end = resident + ws + states.gathered_bytes + states.backward_end_bytes + held
     return StepMoments(
         forward=resident + between + act.forward_peak_bytes,
-        backward=resident + between + backward_activations + held,
+        backward=max(resident + between + backward_activations + held, backward_end),
         step=resident + ws + states.step_transient_bytes + held,
     )
 
