@@ -596,3 +596,11 @@ def test_our_zero1_json_is_estimated_as_written():
     wl = workload(8)
     assert (estimate_memory(spec, STRATEGIES["1"], wl, from_json, gpu_name="H100").train_peak_bytes
             == estimate_memory(spec, STRATEGIES["1"], wl, gpu_name="H100").train_peak_bytes)
+
+
+def test_a_zero1_peak_at_backwards_end_is_named_in_the_notes():
+    spec = synthetic_spec(vocab_size=50_000)
+    binds = estimate_memory(spec, STRATEGIES["1"], workload(8), gpu_name="H100")
+    assert any("holds every gradient until backward ends" in note for note in binds.notes)
+    below_step = estimate_memory(spec, STRATEGIES["1"], workload(2), gpu_name="H100")  # 2P < (2 + 2 + 4) P / 2
+    assert not any("backward ends" in note for note in below_step.notes)

@@ -460,6 +460,10 @@ def estimate_memory(
     moments = train_step_moments(states, act, backward_activations=bwd_act, ws=ws,
                                  held=kept_outputs_bytes(spec, workload))  # fmt: skip
     train_peak = max(moments)
+    if states.backward_end_bytes and train_peak == (states.resident_bytes + ws + states.gathered_bytes
+                                                    + states.backward_end_bytes + kept_outputs_bytes(spec, workload)):
+        notes.append(f"ZeRO-1 without overlap_comm holds every gradient until backward ends "
+                     f"({states.backward_end_bytes / GiB:.2f} GiB, its peak); ZeRO-2 keeps only its partition")
     # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
     context = (CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, workload.gpus_per_node)) if ws else 0
     phases, guarded = run_phase_peaks(
