@@ -22,7 +22,7 @@ builder=$!
 start=$(date +%s)
 for suite in "$@"; do
   left=$(( deadline - ($(date +%s) - start) ))
-  [ $left -gt 30 ] || break
+  if [ $left -le 30 ]; then echo "device_run.sh: ${left}s left of DEADLINE_S=$deadline, too little to start $suite (give more than 30)"; break; fi
   if [ -f "$suite" ]; then which="--cases $suite"; else which="--suite $suite"; fi  # a JSONL of cases, or a suite name
   if [ -n "${SPLIT_GPUS:-}" ]; then
     n=$(nvidia-smi -L | wc -l); per=$(( $(nproc) / n ))
