@@ -149,9 +149,9 @@ class Running:
         elif status_override:
             status = status_override
         elif len(ranks) < (1 if self.case.get("kind") == "zero-run" else len(self.gpus)):
-            status = "oom" if "oom" in statuses else "crash"
+            status = "crash"
         else:
-            status = "oom" if "oom" in statuses else "error" if "error" in statuses else "ok"
+            status = "error" if "error" in statuses else "ok"
         line = {"id": self.case["id"], "status": status, "case": self.case, "ranks": ranks,
                 "wall_s": round(time.time() - self.start, 1),
                 # When it ran, to line it up with cases of another harness on the same host (SPLIT_GPUS).

@@ -59,6 +59,11 @@ KNOWN_HOST_MISSES: dict[str, str] = {  # id prefix -> why a host miss beyond the
 KNOWN_FIT_MISSES: dict[str, str] = {}
 
 
+def known_miss(misses: dict[str, str], case_id: str) -> str | None:
+    """Returns why a case is a known miss: the reason of the first id prefix in `misses` that it starts with."""
+    return next((why for prefix, why in misses.items() if case_id.startswith(prefix)), None)
+
+
 def case_outcome(row: dict) -> str:
     """Returns a harness row's outcome: its status, except that a case whose rank ran out of memory while its
     peers waited in a collective until the harness's timeout (before gpu_step.py ended them) ran out of memory."""
@@ -247,9 +252,8 @@ def after_init_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         error = (predicted - measured) / measured
         method = case.get("method", "full")
         errors[method].append(error)
-        known = (KNOWN_INIT_MISSES.get(method) or next(
-            (why for prefix, why in KNOWN_INIT_CASE_MISSES.items() if row["id"].startswith(prefix)), None)
-        ) if abs(error) > OP_MAX_LIMIT else None
+        known = (KNOWN_INIT_MISSES.get(method) or known_miss(KNOWN_INIT_CASE_MISSES, row["id"])
+                 if abs(error) > OP_MAX_LIMIT else None)
         if abs(error) > OP_MAX_LIMIT and not known:
             failures.append(f"{row['id']}: load + initialize peak {measured / GiB:.2f} GiB, predicted "
                             f"{predicted / GiB:.2f} ({error:+.1%})")  # fmt: skip
@@ -452,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         if rss and case["num_gpus"] == 1 and case.get("method") != "qlora":
             host_error = (est.cpu_training_bytes - rss) / rss
             host_errors["operating point" if operating else "other"].append(host_error)
-            known = next((why for prefix, why in KNOWN_HOST_MISSES.items() if row["id"].startswith(prefix)), None)
+            known = known_miss(KNOWN_HOST_MISSES, row["id"])
             if known and abs(host_error) > HOST_LIMIT:
                 known_misses.append(f"{row['id']}: host RSS {rss / GiB:.2f} GiB, predicted "
                                     f"{est.cpu_training_bytes / GiB:.2f} ({host_error:+.1%}): {known}")  # fmt: skip
@@ -473,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             adapter_errors.append(error)
         if abs(error) > MAX_LIMIT:
             failures.append(f"{row['id']}: error {error:+.1%} exceeds {MAX_LIMIT:.0%}")
-        known_fit = next((why for prefix, why in KNOWN_FIT_MISSES.items() if row["id"].startswith(prefix)), None)
+        known_fit = known_miss(KNOWN_FIT_MISSES, row["id"])
         if not predicted_fit and est.floor_bytes > capacity and known_fit:
             known_misses.append(f"{row['id']}: ran at {measured / GiB:.2f} GiB peak, predicted {est.total_bytes / GiB:.2f} "
                                 f"GiB total > {capacity / GiB:.2f} ({error:+.1%}): {known_fit}")  # fmt: skip

@@ -457,11 +457,10 @@ def estimate_memory(
     # LoRA's base is built under deepspeed.zero.Init at stage 3 (QLoRA's 4-bit layers do not call F.linear).
     act = activation_bytes(spec, workload, zero3_linear=stage == 3 and workload.method == "lora")
     bwd_act = backward_activation_bytes(spec, strategy, workload, act, states)
-    moments = train_step_moments(states, act, backward_activations=bwd_act, ws=ws,
-                                 held=kept_outputs_bytes(spec, workload))  # fmt: skip
+    held = kept_outputs_bytes(spec, workload)
+    moments = train_step_moments(states, act, backward_activations=bwd_act, ws=ws, held=held)
     train_peak = max(moments)
-    if states.backward_end_bytes and train_peak == (states.resident_bytes + ws + states.gathered_bytes
-                                                    + states.backward_end_bytes + kept_outputs_bytes(spec, workload)):
+    if states.backward_end_bytes and train_peak == backward_end_moment(states, ws=ws, held=held):
         notes.append(f"ZeRO-1 without overlap_comm holds every gradient until backward ends "
                      f"({states.backward_end_bytes / GiB:.2f} GiB, its peak); ZeRO-2 keeps only its partition")
     # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
@@ -724,18 +723,22 @@ class StepMoments(NamedTuple):
     """The optimizer step: resident states, workspaces, the step's transient copies, the kept outputs."""
 
 
+def backward_end_moment(states: ModelStates, *, ws: int, held: int) -> int:
+    """Returns the allocated bytes at backward's end (ModelStates.backward_end_bytes; the accumulated gradients
+    are those same tensors, so they are not added again); ws: cuBLAS workspaces; held: kept_outputs_bytes."""
+    return states.resident_bytes + ws + states.gathered_bytes + states.backward_end_bytes + held
+
+
 def train_step_moments(states: ModelStates, act: Activations, *, backward_activations: int, ws: int,
                        held: int) -> StepMoments:  # fmt: skip
     """Returns the three moments' allocated bytes (their largest is the training steps' peak); ws: cuBLAS
     workspaces; held: kept_outputs_bytes. The backward's is the larger of the loss's backward and its end, where
-    ZeRO-1 without overlap_comm holds every gradient (ModelStates.backward_end_bytes; the accumulated gradients
-    are those same tensors)."""
+    ZeRO-1 without overlap_comm holds every gradient (backward_end_moment)."""
     resident = states.resident_bytes
     between = states.accumulated_gradients_bytes + ws + states.gathered_bytes
-    backward_end = resident + ws + states.gathered_bytes + states.backward_end_bytes + held
     return StepMoments(
         forward=resident + between + act.forward_peak_bytes,
-        backward=max(resident + between + backward_activations + held, backward_end),
+        backward=max(resident + between + backward_activations + held, backward_end_moment(states, ws=ws, held=held)),
         step=resident + ws + states.step_transient_bytes + held,
     )
 
