@@ -98,6 +98,9 @@ class Running:
         self.host_bytes = host_need_bytes(case)
         self.disk_bytes = (case.get("planned") or {}).get("disk_bytes", 0)
         self.state, self.shared = "warm", False
+        self.host_shared = False
+        """Another case ran on this host (on any GPU) while this one did: its step times may include the
+        neighbour's host load (CPU Adam, pinned copies), as under device_run.sh's SPLIT_GPUS."""
         (workdir / "case.json").write_text(json.dumps(case))
         self.go_file = workdir / "go"
         env = {**os.environ, **SAFE_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -254,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 line["provenance"] = {**prov, "num_gpus": len(job.gpus)}
                 # Another case ran on the same GPU meanwhile: its timings (and mem_get_info) are not its own.
                 line["gpu_shared"] = job.shared
+                line["host_shared"] = job.host_shared
                 out.write(json.dumps(line) + "\n")
                 out.flush()
                 peak = max((r.get("peak_allocated_bytes") or 0 for r in line["ranks"]), default=0)
@@ -281,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
                 job.shared = bool(others)
                 for other in others:
                     other.shared = True
+                running = [j for j in jobs if j.state == "run"]
+                job.host_shared = job.host_shared or bool(running)
+                for other in running:
+                    other.host_shared = True
                 job.go()
             if time.time() - t0 > args.deadline_s and queue:
                 print(f"deadline: {len(queue)} cases left unlaunched", flush=True)
