@@ -265,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=4096, help="tokens per micro-step at least")
     parser.add_argument("--write", action="store_true", help="store the constants and errors in catalog/step_time.json")
+    parser.add_argument("--write-errors", action="store_true",
+                        help="store only the errors (validate over today's cases), the committed constants kept: new "
+                             "runs checked against the model without refitting it")
     parser.add_argument("--kernels", type=Path, default=None,
                         help="benchmarks/kernel_rates.py's JSON: take grouped_gemm_fraction from it (measured, not fitted)")
     args = parser.parse_args(argv)
@@ -292,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                           ("stage 3", [c for c in ref if c.strategy == "3"]),
                           ("offload", [c for c in cases if "offload" in c.strategy]), ("all", cases)):  # fmt: skip
         print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
-    if args.write:
-        error = validate(measured_cases(args.min_tokens), quiet=True, base=cal)
-        write_calibration(cal, error)
+    if args.write or args.write_errors:
+        kept = load_calibration() if args.write_errors else cal
+        error = validate(measured_cases(args.min_tokens), quiet=True, base=kept)
+        write_calibration(kept, error)
         print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "
               f"max {error['out_of_family_max']:.1%}")  # fmt: skip
     return 0

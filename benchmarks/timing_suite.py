@@ -17,6 +17,17 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-mistral7b-h200       full-depth Mistral-7B (v0.3 config), 2,048 tokens, one H200: only ZeRO-3 fits
                            (no offload within 128 GiB of host); its candidates and a micro-batch ladder with
                            checkpointing (1, 2, 4, 8) and without (1)
+  i26-llama1b-2xh100       Llama 3.2 1B, 2,048 tokens, every fitting candidate on two H100s of one host: plan
+                           quality and ZeRO's collectives with several GPUs, each case alone on the machine
+  i26-qwen1.5b-2xh100      Qwen2.5-1.5B, 1,024 tokens, the same on two H100s
+  i26-rerun-3b-h100        the two committed candidates of Llama 3.2 3B at 2 x 2,048 tokens (stages 1 and 2,
+                           checkpointing, default allocator; 3 timed steps each on 2026-11-23) again with 15
+                           timed steps: their 4.7% gap is the worst plan-quality ratio; run with --gpus 0 on a
+                           machine of several GPUs so that each runs alone on the host
+  i26-stage2-3b-h100       why ZeRO-2 ran 16-33% slower than ZeRO-1 on one GPU in those reruns: Llama 3.2 3B,
+                           2,048 tokens, checkpointing, 16 steps each: stages 0, 1, 2 at micro-batch 2 and 1, 2 at
+                           8; ZeRO-2 at 2 with overlap_comm off, and with 5e8-element buckets (DeepSpeed's default,
+                           ~7 buckets where ours, hidden^2, makes ~340)
 """
 
 from __future__ import annotations
@@ -44,6 +55,10 @@ falling when the case ended."""
 HOST_BYTES = 120 * GiB
 """Host memory the plans may use: the lent machines have 128 GiB (offload candidates beyond it are dropped by
 the planner itself)."""
+HOST_BYTES_PER_GPU = 120 * GiB
+"""The same on a lent machine of several GPUs (2 x H100: 256 GiB): 120 GiB per GPU."""
+RERUN_STEPS = 16
+"""Steps of a rerun (15 timed, 14 under ZeRO-3): a median that three steps could not settle."""
 
 SUITES = {
     "i26-moe-small-h100": {"gpu": "H100", "settings": [("mixtral-32e-top8", 2048)], "ladders": []},
@@ -53,6 +68,29 @@ SUITES = {
         "settings": [("mistral-7b", 2048)],
         # (model, seq, strategy, checkpointing, micro-batches below the pick)
         "ladders": [("mistral-7b", 2048, "3", True, (1, 2, 4, 8))],
+    },
+    "i26-llama1b-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("llama3.2-1b", 2048)], "ladders": []},
+    # 12 steps: on two GPUs the first steps after warm-up ran up to 50% slower while the allocator still retried
+    # (i26-llama1b-2xh100, 2026-11-26), so a 7-step median sits between the two speeds
+    "i26-qwen1.5b-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("qwen2.5-1.5b", 1024)], "ladders": [], "steps": 12},
+    "i26-rerun-3b-h100": {
+        "gpu": "H100",
+        "settings": [],
+        "ladders": [],
+        # (committed results file, case id): the case as it ran then, with RERUN_STEPS steps
+        "reruns": [("h100x1-op-2026-11-23.jsonl", "llama3.2-3b|1|bf16|mb2|s2048|gc|g1|ga1|cap79.2"),
+                   ("h100x1-op-2026-11-23.jsonl", "llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2")],
+    },
+    "i26-stage2-3b-h100": {
+        "gpu": "H100",
+        "settings": [],
+        "steps": RERUN_STEPS,
+        "ladders": [("llama3.2-3b", 2048, "0", True, (2,)), ("llama3.2-3b", 2048, "1", True, (2, 8)),
+                    ("llama3.2-3b", 2048, "2", True, (2, 8))],
+        # (model, seq, strategy, checkpointing, micro-batch, name, zero_optimization settings over ours)
+        "variants": [("llama3.2-3b", 2048, "2", True, 2, "no-overlap", {"overlap_comm": False}),
+                     ("llama3.2-3b", 2048, "2", True, 2, "bucket-5e8", {"reduce_bucket_size": 500_000_000,
+                                                                         "allgather_bucket_size": 500_000_000})],
     },
 }
 
@@ -67,20 +105,41 @@ def _ladder_case(model: str, seq: int, strategy: str, gc: bool, micro: int, gpu:
     return c
 
 
+def _rerun_case(results_file: str, case_id: str) -> dict:
+    """Returns a committed case as it ran (its planned role and allocator kept), to run again with more steps."""
+    path = ROOT / "benchmarks" / "results" / results_file
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("id") == case_id:
+            return dict(row["case"], steps=RERUN_STEPS)
+    raise ValueError(f"no case {case_id!r} in {path}")
+
+
 def suite_cases(name: str) -> list[dict]:
-    """Returns the cases of one timing suite: each setting's fitting candidates, then its ladders."""
+    """Returns the cases of one timing suite: each setting's fitting candidates, then its ladders and reruns."""
     spec = SUITES[name]
+    num_gpus = spec.get("num_gpus", 1)
+    host = HOST_BYTES if num_gpus == 1 else HOST_BYTES_PER_GPU * num_gpus
     cases = []
     for model, seq in spec["settings"]:
-        cases += operating_cases(model, seq, gpu=spec["gpu"], capacity=None, host=HOST_BYTES, roles=("pick",))
+        cases += operating_cases(model, seq, gpu=spec["gpu"], capacity=None, host=host, roles=("pick",),
+                                 num_gpus=num_gpus)  # fmt: skip
     picked = {c["id"].split("|cap")[0] for c in cases}
     for model, seq, strategy, gc, micros in spec["ladders"]:
         for micro in micros:
             c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"])
             if c["id"].split("|cap")[0] not in picked:
                 cases.append(c)
+    for model, seq, strategy, gc, micro, variant, zero in spec.get("variants", []):
+        c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"])
+        c["deepspeed_config"]["zero_optimization"].update(zero)
+        c["id"] += f"|{variant}"
+        c["variant"] = variant
+        cases.append(c)
     for c in cases:
-        c["steps"] = STEPS
+        c["steps"] = spec.get("steps", STEPS)
+    cases += [_rerun_case(results_file, case_id) for results_file, case_id in spec.get("reruns", [])]
+    for c in cases:
         c["suite"] = name
     return cases
 
@@ -89,9 +148,10 @@ def predicted_seconds(c: dict, gpu: str) -> float:
     """Returns the step-time model's seconds for the case's timed steps (a lower bound on its wall time, which
     adds the model build, deepspeed.initialize and, for offload, pinning the host's optimizer states)."""
     spec = spec_from_config(model_config(c["model"]), c["model"])
+    n = c["num_gpus"]
     w = Workload(micro_batch_size=c["micro_batch_size"], seq_len=c["seq_len"], gradient_checkpointing=c["gradient_checkpointing"],
-                 precision=c["precision"])  # fmt: skip
-    step = estimate_step_time(spec, STRATEGIES[c["strategy"]], parse_gpus(f"1x{gpu}").gpu, w).step_s
+                 precision=c["precision"], world_size=n, gpus_per_node=n)  # fmt: skip
+    step = estimate_step_time(spec, STRATEGIES[c["strategy"]], parse_gpus(f"{n}x{gpu}").gpu, w).step_s
     return step * (c["steps"] + 1)  # the warm-up steps run slower: count one more
 
 
@@ -103,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.suite or SUITES:
         cases = suite_cases(name)
         gpu = SUITES[name]["gpu"]
-        print(f"{name}: {len(cases)} cases on one {gpu}")
+        print(f"{name}: {len(cases)} cases on {SUITES[name].get('num_gpus', 1)} x {gpu}")
         total = 0.0
         for c in cases:
             seconds = predicted_seconds(c, gpu)

@@ -52,3 +52,35 @@ def test_each_host_gets_its_own_cpu_adam_rate(cases):
     # The H200's lent host ran CPU Adam faster than the H100's (offload cases of Llama-3.2-3B, alone).
     assert result.host_cpu_adam["H200"] > 1.3 * result.host_cpu_adam["H100-SXM"]
     assert result.calibration.cpu_adam_params_per_s_per_node == pytest.approx(result.host_cpu_adam["H100-SXM"], rel=1e-3)
+
+
+def test_a_rerun_with_more_steps_replaces_the_shorter_run(cases):
+    # Llama 3.2 3B at 2 x 2048 (stages 1 and 2) ran 3 timed steps on 2026-11-23 and 15 on two machines on
+    # 2026-11-26 (benchmarks/suites/i26-rerun-3b-h100.jsonl): only the longer runs are measured cases.
+    rows = [c.row for c in cases if c.name == "llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2"]
+    assert sorted(r["file"] for r in rows) == ["h100x1-i26-rerun-3b-2026-11-26.jsonl", "h100x1-i26-rerun-3b-b-2026-11-26.jsonl"]
+    assert all(len(r["ranks"][0]["step_times_s"]) == 16 for r in rows)
+
+
+def test_the_fit_sees_one_gpu_and_no_diagnostic_variant(cases):
+    assert {c.workload.world_size for c in cases} == {1}
+    assert not [c for c in cases if c.row["case"].get("variant")]
+    everything = measured_cases(4096, gpus=None)
+    assert {c.workload.world_size for c in everything} == {1, 2}
+
+
+def test_tokens_per_second_on_several_gpus_counts_every_gpu():
+    two = [c for c in measured_cases(4096, gpus=2)]
+    assert len(two) >= 20
+    for case in two:
+        w = case.workload
+        assert case.measured_tokens_per_second == pytest.approx(w.micro_batch_size * w.seq_len * 2 / case.seconds)
+        predicted = estimate_step_time(case.spec, STRATEGIES[case.strategy], case.gpu, w)
+        assert predicted.tokens_per_step == w.micro_batch_size * w.seq_len * 2
+
+
+def test_a_sweep_compares_candidates_timed_on_one_machine(cases):
+    # The same Llama 3.2 3B candidates ran on two machines on 2026-11-26: two settings, one per results file.
+    settings = {c.setting for c in cases if c.setting and c.model == "llama3.2-3b" and c.workload.seq_len == 2048
+                and c.gpu.name == "H100-SXM" and c.setting[4] == "default"}
+    assert {s[-1] for s in settings} == {"h100x1-i26-rerun-3b-2026-11-26.jsonl", "h100x1-i26-rerun-3b-b-2026-11-26.jsonl"}

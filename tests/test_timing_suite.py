@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.timing_suite import STEPS, SUITES, SUITES_DIR, suite_cases
+from benchmarks.timing_suite import RERUN_STEPS, STEPS, SUITES, SUITES_DIR, suite_cases
 
 
-@pytest.mark.parametrize("name", ["i26-moe-small-h100", "i26-mistral7b-h200"])  # the traced Qwen2-MoE takes seconds
+@pytest.mark.parametrize("name", ["i26-moe-small-h100", "i26-mistral7b-h200", "i26-llama1b-2xh100", "i26-qwen1.5b-2xh100",
+                                  "i26-rerun-3b-h100", "i26-stage2-3b-h100"])  # the traced Qwen2-MoE takes seconds
 def test_committed_suites_are_what_the_generator_writes(name):
     committed = [json.loads(line) for line in (SUITES_DIR / f"{name}.jsonl").read_text().splitlines()]
     assert committed == suite_cases(name)
@@ -19,8 +20,31 @@ def test_committed_suites_are_what_the_generator_writes(name):
 def test_every_case_times_settled_steps_alone_on_its_gpu():
     for name in SUITES:
         for case in (json.loads(line) for line in (SUITES_DIR / f"{name}.jsonl").read_text().splitlines()):
-            assert case["steps"] == STEPS and "memory_limit_bytes" not in case
+            assert case["steps"] >= STEPS and "memory_limit_bytes" not in case
             assert case["planned"]["role"] in ("pick", "ladder")
+
+
+def test_a_rerun_is_the_committed_case_with_more_steps():
+    cases = suite_cases("i26-rerun-3b-h100")
+    committed = {}
+    for line in (SUITES_DIR.parent / "results" / "h100x1-op-2026-11-23.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        committed[row["id"]] = row["case"]
+    assert [c["strategy"] for c in cases] == ["1", "2"]
+    for case in cases:
+        before = committed[case["id"]]
+        assert case["steps"] == RERUN_STEPS > before.get("steps", 4)
+        assert {k: v for k, v in case.items() if k not in ("steps", "suite")} == \
+            {k: v for k, v in before.items() if k not in ("steps", "suite")}
+
+
+def test_a_variant_changes_only_its_zero_settings_and_says_so():
+    cases = {c["id"]: c for c in suite_cases("i26-stage2-3b-h100")}
+    ours = cases["llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2|xs"]
+    variant = cases["llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2|xs|no-overlap"]
+    assert variant["variant"] == "no-overlap" and "variant" not in ours
+    assert ours["deepspeed_config"]["zero_optimization"]["overlap_comm"] is True
+    assert variant["deepspeed_config"]["zero_optimization"] == {**ours["deepspeed_config"]["zero_optimization"], "overlap_comm": False}
 
 
 def test_a_sweep_holds_every_fitting_candidate():
@@ -28,3 +52,9 @@ def test_a_sweep_holds_every_fitting_candidate():
     assert {(c["strategy"], c["gradient_checkpointing"]) for c in cases} == {
         (s, gc) for s in ("0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all") for gc in (False, True)}
     assert sum(c["planned"]["chosen"] for c in cases) == 1
+
+
+def test_a_sweep_on_two_gpus_plans_for_two_gpus():
+    cases = suite_cases("i26-llama1b-2xh100")
+    assert {c["num_gpus"] for c in cases} == {2} and len(cases) == 14
+    assert all("|g2|" in c["id"] for c in cases) and sum(c["planned"]["chosen"] for c in cases) == 1
