@@ -214,14 +214,13 @@ def _stats(errors: list[float]) -> tuple[float, float]:
     return (statistics.median(absolute), max(absolute)) if absolute else (float("nan"), float("nan"))
 
 
-def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> dict:
-    """Returns (and prints unless quiet) the tokens/s error in sample and out of family.
+def family_errors(cases: list[MeasuredCase], base=None) -> tuple[list, list[float], list[float]]:
+    """Returns the full fine-tuning cases' features and, aligned with them, each one's error in sample and out of
+    family (predicted / measured tokens/s - 1 = measured / predicted step time - 1).
 
     In sample: throughput_fit.fit on every case, each case predicted by it. Out of family: for each
     architecture family (config model_type), the fit on every other family's cases predicts that family's
-    cases. Each case is predicted once either way; the error is predicted / measured tokens/s - 1 (= measured /
-    predicted step time - 1). The reference GPU's cases fit the GPU constants; other GPUs' cases are only
-    predicted (their hosts' CPU Adam rates are fitted on their own offload cases, held-out family excluded)."""
+    cases. A case that ran on two machines (the same id, equal steps) counts twice, once per run."""
     from benchmarks.throughput_fit import features, fit, predict
 
     rows = [features(c, base) for c in cases if c.method == "full"]
@@ -230,24 +229,28 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     def error(row, result) -> float:
         return row.measured_s / predict(row, result.for_case(row)) - 1
 
-    in_sample = {r.name: error(r, full) for r in rows}
-    out = {}
+    fits = {family: fit([r for r in rows if r.family != family], base) for family in sorted({r.family for r in rows})}
+    return rows, [error(r, full) for r in rows], [error(r, fits[r.family]) for r in rows]
+
+
+def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> dict:
+    """Returns (and prints unless quiet) the tokens/s error in sample and out of family (family_errors), per
+    family and over all. The reference GPU's cases fit the GPU constants; other GPUs' cases are only predicted
+    (their hosts' CPU Adam rates are fitted on their own offload cases, held-out family excluded)."""
+    rows, in_sample, out = family_errors(cases, base)
     families = sorted({r.family for r in rows})
-    for family in families:
-        result = fit([r for r in rows if r.family != family], base)
-        out.update({r.name: error(r, result) for r in rows if r.family == family})
     if not quiet:
         print("\nhow it generalizes: tokens/s predicted / measured - 1, fitted on every case (in sample) and fitted "
               "without the case's architecture family (out of family)")
         print(f"  {'family':10s} {'n':>3s}  {'in-sample median':>16s} {'max':>5s}   {'out-of-family median':>20s} {'max':>5s}  range")
         for family in families:
-            names = [r.name for r in rows if r.family == family]
-            i_med, i_max = _stats([in_sample[n] for n in names])
-            o_med, o_max = _stats([out[n] for n in names])
-            low, high = min(out[n] for n in names), max(out[n] for n in names)
-            print(f"  {family:10s} {len(names):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}  {low:+.0%} .. {high:+.0%}")
-    i_med, i_max = _stats(list(in_sample.values()))
-    o_med, o_max = _stats(list(out.values()))
+            members = [i for i, r in enumerate(rows) if r.family == family]
+            i_med, i_max = _stats([in_sample[i] for i in members])
+            o_med, o_max = _stats([out[i] for i in members])
+            low, high = min(out[i] for i in members), max(out[i] for i in members)
+            print(f"  {family:10s} {len(members):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}  {low:+.0%} .. {high:+.0%}")
+    i_med, i_max = _stats(in_sample)
+    o_med, o_max = _stats(out)
     if not quiet:
         print(f"  {'all':10s} {len(rows):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}"
               f"   (targets out of family: median <= 10%, max <= 25%)")

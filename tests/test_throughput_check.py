@@ -84,3 +84,14 @@ def test_a_sweep_compares_candidates_timed_on_one_machine(cases):
     settings = {c.setting for c in cases if c.setting and c.model == "llama3.2-3b" and c.workload.seq_len == 2048
                 and c.gpu.name == "H100-SXM" and c.setting[4] == "default"}
     assert {s[-1] for s in settings} == {"h100x1-i26-rerun-3b-2026-11-26.jsonl", "h100x1-i26-rerun-3b-b-2026-11-26.jsonl"}
+
+
+def test_a_case_run_on_two_machines_counts_twice_in_the_errors(cases):
+    from benchmarks.throughput_check import family_errors
+
+    rows, in_sample, out = family_errors(cases)
+    assert len(in_sample) == len(out) == len(rows) == len([c for c in cases if c.method == "full"])
+    reruns = [i for i, r in enumerate(rows) if r.name == "llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2"]
+    assert len(reruns) == 2
+    # one prediction, two measurements (0.551 and 0.475 s on two machines): two different errors
+    assert out[reruns[0]] != pytest.approx(out[reruns[1]], abs=0.05)
