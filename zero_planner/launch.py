@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", help="overrides training.output_dir")
     parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
     parser.add_argument("--probe", metavar="K", help="first run the plan's K best candidates a few steps each, write "
-                        "PLAN.probed.json, and train with the fastest measured (zero_planner/probe.py)")  # fmt: skip
+                        "PLAN.probed.json, and train with the fastest measured")  # fmt: skip
     parser.add_argument("--probe-only", action="store_true", help="stop after the probe (K defaults to 3)")
     add_training_arguments(parser, run=True)
     return parser
