@@ -1,12 +1,13 @@
 """The step-time model against measured step times: every committed case that ran alone on its GPUs.
 
-Prints, per single-GPU case, measured and predicted tokens/s and their ratio, the error per strategy, how the model
-generalizes (leave one family out: the constants refitted without an architecture family, that family
-predicted), and plan quality: for each setting measured at the planner's picks (model, seq_len, GPU,
-allocator), the candidate the model ranks first against the measured best. benchmarks/throughput_fit.py fits
+Prints, per single-GPU case, measured and predicted tokens/s and their ratio, the error per strategy, how the
+model generalizes (leave one family out: the constants refitted without an architecture family, that family
+predicted), and plan quality: for each setting measured at the planner's picks (model, seq_len, GPU, GPUs,
+allocator, machine), the candidate the model ranks first against the measured best. benchmarks/throughput_fit.py fits
 the model's constants from the same cases. Exit status 1 when the errors stored with the constants
 (catalog/step_time.json, stated beside every predicted tokens/s) differ from the ones computed here by more
-than half a point: the stated error must be today's (refresh: `python benchmarks/throughput_fit.py --write`).
+than half a point: the stated error must be today's (refresh: `python benchmarks/throughput_fit.py --write`, or
+`--write-errors` to keep the constants).
 Cases of several GPUs (each alone on its machine) are shown apart, with their own plan quality: the constants
 are fitted on one GPU, so they test the communication terms and the rest out of sample.
 
@@ -82,8 +83,8 @@ class MeasuredCase:
     @property
     def setting(self) -> tuple | None:
         """(model, seq_len, GPU, GPUs, allocator, results file) for rows at the planner's picks, else None: a sweep
-        compares candidates timed on one machine (a results file is one lent machine's calls), as the same case
-        ran 4-33% apart on three H100 machines (Llama 3.2 3B under ZeRO-2, i26-rerun-3b-h100)."""
+        compares candidates timed on one machine (a results file is one lent machine's calls): the same case took
+        0.447-0.551 s per step on three H100 machines (Llama 3.2 3B under ZeRO-2, 2026-11-26)."""
         case = self.row["case"]
         planned = case.get("planned") or {}
         if planned.get("role") not in PLANNER_ROLES or case.get("user_config"):
@@ -113,8 +114,8 @@ def most_steps(rows: list[dict]) -> list[dict]:
 def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int | None = 1) -> list[MeasuredCase]:
     """Returns the committed cases of `gpus` GPUs (None: any number) that ran alone, with step times, at >=
     min_tokens per micro-step, less diagnostic variants of our DeepSpeed JSON (timing_suite.py's `variant`: a
-    setting the planner never writes and the model does not see); with host_shared, also those whose host ran another harness's cases meanwhile
-    (MeasuredCase.host_shared)."""
+    setting the planner never writes and the model does not see); with host_shared, also those whose host ran
+    another harness's cases meanwhile (MeasuredCase.host_shared)."""
     specs: dict = {}
     cases = []
     rows = [row for row in load_cases() if row["status"] == "ok" and not row.get("gpu_shared")
