@@ -79,6 +79,8 @@ def main() -> None:
             "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
             "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
             "device_used_bytes": total - free,
+            # cumulative: the phase in which the allocator freed its cache and retried (a step slowed by it)
+            "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0),
         }
 
     def host_mark(tag: str) -> None:
