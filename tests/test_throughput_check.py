@@ -95,3 +95,14 @@ def test_a_case_run_on_two_machines_counts_twice_in_the_errors(cases):
     assert len(reruns) == 2
     # one prediction, two measurements (0.551 and 0.475 s on two machines): two different errors
     assert out[reruns[0]] != pytest.approx(out[reruns[1]], abs=0.05)
+
+
+def test_a_run_beside_another_case_on_its_machine_is_host_shared():
+    from benchmarks.throughput_check import shared_host
+
+    assert shared_host({"provenance": {}, "host_shared": True})  # the harness ran a case on another GPU meanwhile
+    assert shared_host({"provenance": {"host_note": "one of 2 harnesses on this host"}})  # SPLIT_GPUS
+    assert not shared_host({"provenance": {}, "host_shared": False}) and not shared_host({"provenance": {}})
+    # every committed 2026-11-26 run says it ran alone
+    alone = [c for c in measured_cases(4096, gpus=None) if c.row["file"].endswith("2026-11-26.jsonl")]
+    assert alone and all(c.row.get("host_shared") is False for c in alone)
