@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 for other in others:
                     other.shared = True
                 running = [j for j in jobs if j.state == "run"]
-                job.host_shared = job.host_shared or bool(running)
+                job.host_shared = bool(running)  # later neighbours mark it below, when they go
                 for other in running:
                     other.host_shared = True
                 job.go()

@@ -26,8 +26,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            machine of several GPUs so that each runs alone on the host
   i26-stage2-3b-h100       why ZeRO-2 ran 16-33% slower than ZeRO-1 on one GPU in those reruns: Llama 3.2 3B,
                            2,048 tokens, checkpointing, 16 steps each: stages 0, 1, 2 at micro-batch 2 and 1, 2 at
-                           8; ZeRO-2 at 2 with overlap_comm off, and with 5e8-element buckets (DeepSpeed's default,
-                           ~7 buckets where ours, hidden^2, makes ~340)
+                           8; ZeRO-2 at 2 with overlap_comm off, and with 5e8-element buckets (DeepSpeed's default:
+                           7 reductions per backward where ours, hidden^2, make about 200)
 """
 
 from __future__ import annotations
@@ -53,10 +53,8 @@ STEPS = 7
 """Steps per case: 6 timed (5 for ZeRO-3), where the committed cases had 3 (2): their ZeRO-3 steps were still
 falling when the case ended."""
 HOST_BYTES = 120 * GiB
-"""Host memory the plans may use: the lent machines have 128 GiB (offload candidates beyond it are dropped by
-the planner itself)."""
-HOST_BYTES_PER_GPU = 120 * GiB
-"""The same on a lent machine of several GPUs (2 x H100: 256 GiB): 120 GiB per GPU."""
+"""Host memory the plans may use per GPU: the lent machines have 128 GiB per GPU (2 x H100: 256 GiB; offload
+candidates beyond it are dropped by the planner itself)."""
 RERUN_STEPS = 16
 """Steps of a rerun (15 timed, 14 under ZeRO-3): a median that three steps could not settle."""
 
@@ -119,7 +117,7 @@ def suite_cases(name: str) -> list[dict]:
     """Returns the cases of one timing suite: each setting's fitting candidates, then its ladders and reruns."""
     spec = SUITES[name]
     num_gpus = spec.get("num_gpus", 1)
-    host = HOST_BYTES if num_gpus == 1 else HOST_BYTES_PER_GPU * num_gpus
+    host = HOST_BYTES * num_gpus
     cases = []
     for model, seq in spec["settings"]:
         cases += operating_cases(model, seq, gpu=spec["gpu"], capacity=None, host=host, roles=("pick",),
