@@ -28,6 +28,11 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            2,048 tokens, checkpointing, 16 steps each: stages 0, 1, 2 at micro-batch 2 and 1, 2 at
                            8; ZeRO-2 at 2 with overlap_comm off, and with 5e8-element buckets (DeepSpeed's default:
                            7 reductions per backward where ours, hidden^2, make about 200)
+  i26-stage2-ladder-h100   ZeRO-2 synchronizes the device once per gradient bucket it reduces: stages 1 and 2 up
+                           the micro-batches of Qwen3-1.7B (4,096 tokens), GPT-2 medium (1,024) and Mistral-7B's
+                           first 8 layers (4,096), no checkpointing, 10 steps: where the host's work per
+                           reduction outlasts the GPU's backward and where it stops binding; --gpus 0
+  i26-stage2-ladder-2xh100 the Qwen3-1.7B ladder on two H100s (the reductions also carry NCCL traffic)
 """
 
 from __future__ import annotations
@@ -90,12 +95,30 @@ SUITES = {
                      ("llama3.2-3b", 2048, "2", True, 2, "bucket-5e8", {"reduce_bucket_size": 500_000_000,
                                                                          "allgather_bucket_size": 500_000_000})],
     },
+    # ZeRO-2's synchronized reductions against the GPU's backward, out of sample: families whose ZeRO-2 runs never
+    # ran where the host could bind (qwen3, gpt2, mistral), stages 1 and 2 side by side up the micro-batches
+    "i26-stage2-ladder-h100": {
+        "gpu": "H100",
+        "settings": [],
+        "steps": 10,
+        "ladders": [(model, seq, stage, False, micros) for model, seq, micros in
+                    (("qwen3-1.7b", 4096, (1, 2, 4)), ("gpt2-medium", 1024, (4, 8, 16, 32)),
+                     ("mistral-7b-8l", 4096, (1, 2)))
+                    for stage in ("1", "2")],  # fmt: skip
+    },
+    "i26-stage2-ladder-2xh100": {
+        "gpu": "H100",
+        "num_gpus": 2,
+        "settings": [],
+        "steps": 10,
+        "ladders": [("qwen3-1.7b", 4096, stage, False, (1, 2, 4)) for stage in ("1", "2")],
+    },
 }
 
 
-def _ladder_case(model: str, seq: int, strategy: str, gc: bool, micro: int, gpu: str) -> dict:
-    c = expand_case(case(model, strategy, mb=micro, seq=seq, gc=gc, precision="bf16"))
-    cluster = parse_gpus(f"1x{gpu}", HOST_BYTES)
+def _ladder_case(model: str, seq: int, strategy: str, gc: bool, micro: int, gpu: str, num_gpus: int = 1) -> dict:
+    c = expand_case(case(model, strategy, mb=micro, seq=seq, gc=gc, gpus=num_gpus, precision="bf16"))
+    cluster = parse_gpus(f"{num_gpus}x{gpu}", HOST_BYTES * num_gpus)
     c["id"] += f"|cap{cluster.gpu.memory_bytes / GiB:.1f}|xs"
     c["alloc_conf"] = ALLOC_CONF
     c["planned"] = {"role": "ladder", "gpu": cluster.gpu.name, "gpu_capacity_bytes": cluster.gpu.memory_bytes,
@@ -125,11 +148,11 @@ def suite_cases(name: str) -> list[dict]:
     picked = {c["id"].split("|cap")[0] for c in cases}
     for model, seq, strategy, gc, micros in spec["ladders"]:
         for micro in micros:
-            c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"])
+            c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"], num_gpus)
             if c["id"].split("|cap")[0] not in picked:
                 cases.append(c)
     for model, seq, strategy, gc, micro, variant, zero in spec.get("variants", []):
-        c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"])
+        c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"], num_gpus)
         c["deepspeed_config"]["zero_optimization"].update(zero)
         c["id"] += f"|{variant}"
         c["variant"] = variant
