@@ -62,6 +62,10 @@ class Features:
     traffic_s: float
     optimizer_param_s: float
     fetches: int
+    reductions: int
+    """ZeRO-2's gradient buckets per backward (throughput.stage2_reductions); 0 for other stages."""
+    layer_passes: float
+    """Decoder layer passes of the host per micro-step (throughput.layer_passes)."""
     cpu_adam_params: float
     pcie_s: float
 
@@ -106,6 +110,8 @@ def features(case, base: Calibration | None = None) -> Features:
         traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
+        reductions=throughput.stage2_reductions(spec, workload) if strategy.stage == 2 else 0,
+        layer_passes=throughput.layer_passes(spec, workload),
         cpu_adam_params=throughput.cpu_adam_params(spec, strategy, workload),
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
     )
@@ -118,9 +124,10 @@ def predict(c: Features, cal: Calibration) -> float:
     f, h = cal.matmul_fraction, cal.memory_fraction
     gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
     gpu = gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
-    host = c.fetches * cal.stage3_seconds_per_fetch
+    host = c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
+    fetches = c.fetches * cal.stage3_seconds_per_fetch
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
-    return max(gpu, host) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
+    return max(gpu, host, fetches) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
 
 
 def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
@@ -173,6 +180,32 @@ def fit_stage3(cases: list[Features], cal: Calibration) -> Calibration:
     return replace(cal, stage3_seconds_per_fetch=round(min(grid, key=error), 7))
 
 
+def fit_host_layer(cases: list[Features], cal: Calibration) -> Calibration:
+    """Returns `cal` with the host seconds per layer pass minimising squared relative error (0.1 ms grid)."""
+    if not cases:
+        return cal
+
+    def error(k: float) -> float:
+        trial = replace(cal, host_seconds_per_layer=k, cpu_adam_params_per_s_per_node=float("inf"))
+        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
+
+    grid = [i * 1e-4 for i in range(0, 150)]
+    return replace(cal, host_seconds_per_layer=round(min(grid, key=error), 6))
+
+
+def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
+    """Returns `cal` with the host seconds per ZeRO-2 reduction minimising squared relative error (0.01 ms grid)."""
+    if not cases:
+        return cal
+
+    def error(k: float) -> float:
+        trial = replace(cal, stage2_seconds_per_reduction=k, cpu_adam_params_per_s_per_node=float("inf"))
+        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
+
+    grid = [i * 1e-5 for i in range(0, 500)]
+    return replace(cal, stage2_seconds_per_reduction=round(min(grid, key=error), 7))
+
+
 def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
     """Returns CPU Adam parameters/s: least squares of (t - rest)/t = p/rate/t in 1/rate; None without cases."""
     rest = replace(cal, cpu_adam_params_per_s_per_node=float("inf"))
@@ -191,6 +224,7 @@ class Fit:
     calibration: Calibration
     host_cpu_adam: dict[str, float]
     host_stage3: dict[str, float] = field(default_factory=dict)
+    host_stage2: dict[str, float] = field(default_factory=dict)
 
     def for_case(self, c: Features) -> Calibration:
         """Returns the calibration to predict `c` with: the fitted one, with its host's rates where this fit saw
@@ -201,15 +235,29 @@ class Fit:
             cal = cal.with_cpu_adam(rate, "fitted")
         if c.host in self.host_stage3:
             cal = replace(cal, stage3_seconds_per_fetch=self.host_stage3[c.host])
+        if c.host in self.host_stage2:
+            cal = replace(cal, stage2_seconds_per_reduction=self.host_stage2[c.host])
         return cal
 
 
 def host_bound(c: Features, cal: Calibration) -> bool:
     """Returns whether a stage-3 case's micro-step is set by the host's hooks at `cal` (fetches x seconds per
     fetch above half the GPU's work): only such cases show the host's per-fetch time."""
-    trial = replace(cal, stage3_seconds_per_fetch=0.0, cpu_adam_params_per_s_per_node=float("inf"))
-    gpu = predict(c, trial) - cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction - c.pcie_s
-    return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu
+    return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu_seconds(c, cal)
+
+
+def gpu_seconds(c: Features, cal: Calibration) -> float:
+    """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
+    f, h = cal.matmul_fraction, cal.memory_fraction
+    return sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s)) + \
+        c.attention_s / cal.attention_fraction + c.traffic_s / h
+
+
+def host_bound_launches(c: Features, cal: Calibration) -> bool:
+    """Returns whether a stage 0-2 case's host time (layer launches, ZeRO-2's reductions) at `cal` is above half its
+    GPU work: such cases show the host's rates, and do not show the GPU's."""
+    host = c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
+    return host > 0.5 * gpu_seconds(c, cal)
 
 
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
@@ -220,9 +268,15 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     dense = fit_dense([c for c in ref if c.strategy in ("0", "1", "2")], base)
     if dense is None:
         raise ValueError("no physical fit of stages 0-2 on these cases")
-    cal = fit_stage3([c for c in ref if c.strategy == "3"], dense)
+    stages01 = [c for c in ref if c.strategy in ("0", "1")]
+    stage2 = [c for c in ref if c.strategy == "2"]
+    dense = fit_stage2(stage2, fit_host_layer(stages01, dense))
+    # the GPU constants again without the runs the host bound (small micro-batches), then the host's rates again
+    refit = fit_dense([c for c in stages01 + stage2 if not host_bound_launches(c, dense)], dense) or dense
+    cal = fit_stage3([c for c in ref if c.strategy == "3"], fit_stage2(stage2, fit_host_layer(stages01, refit)))
     rates: dict[str, float] = {}
     stage3: dict[str, float] = {}
+    stage2: dict[str, float] = {}
     # The reference host is the one most of the reference GPU's runs came from, not the first file's: since the
     # harness records `cpu_model`, one lent machine type can appear under two keys (the GPU name before, the CPU
     # model after), and the catalog's CPU Adam rate must not come from one new suite's offload cases alone.
@@ -233,12 +287,15 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
             bound = [c for c in cases if c.host == host and c.strategy == "3" and host_bound(c, cal)]
             if bound:
                 stage3[host] = fit_stage3(bound, cal).stage3_seconds_per_fetch
+            bound = [c for c in cases if c.host == host and c.strategy == "2" and host_bound_launches(c, cal)]
+            if bound:
+                stage2[host] = fit_stage2(bound, cal).stage2_seconds_per_reduction
         rate = fit_cpu_adam([c for c in cases if c.host == host and "offload" in c.strategy], cal)
         if rate:
             rates[host] = rate
     if reference_host in rates:
         cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
-    return Fit(cal, rates, stage3)
+    return Fit(cal, rates, stage3, stage2)
 
 
 def summary(errors: list[float]) -> str:
@@ -252,7 +309,8 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     """Writes the constants of `cal` and the `error` figures into catalog/step_time.json (its _about kept)."""
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
-                 "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "cpu_adam_params_per_s_per_node",
+                 "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage2_seconds_per_reduction", "host_seconds_per_layer",
+                 "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
         data[name] = getattr(cal, name)
     data["error"] = error
@@ -286,10 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  achieved HBM         {cal.memory_fraction:.3f} of peak  (memory_fraction)")
     print(f"  optimizer            {cal.optimizer_bytes_per_param:.0f} bytes per trainable parameter per step")
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
+    print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
+    print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     for host, rate in result.host_cpu_adam.items():
         print(f"  CPU Adam             {rate:.3g} params/s per node on the {host} host")
     for host, seconds in result.host_stage3.items():
         print(f"  stage 3 on {host:8s} {seconds * 1e3:.2f} ms host time per fetched tensor")
+    for host, seconds in result.host_stage2.items():
+        print(f"  stage 2 on {host:8s} {seconds * 1e3:.2f} ms host time per reduced bucket")
     print("\nstep time predicted / measured - 1 with these constants (tokens/s error is about the same, sign flipped):")
     for label, subset in (("stages 0-2", [c for c in ref if c.strategy in ("0", "1", "2")]),
                           ("stage 3", [c for c in ref if c.strategy == "3"]),

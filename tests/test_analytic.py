@@ -16,6 +16,7 @@ from zero_planner.models.analytic import (
     analytic_table,
     catalog_activations,
     catalog_twin,
+    parameter_order,
     sdpa_16bit_activations,
 )
 from zero_planner.models.catalog import catalog_entries
@@ -298,3 +299,15 @@ def test_a_bf16_plan_of_a_config_outside_the_catalog_imports_no_torch(tmp_path, 
         f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
     )
     assert heavy_modules_after(code) == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BENCHMARK_CONFIGS if BENCHMARK_CONFIGS[n]["model_type"] in FAMILIES))
+def test_parameter_order_is_named_parameters_order(name):
+    """The order ZeRO-2's reduction count walks (throughput.stage2_reductions) is the model's own."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = BENCHMARK_CONFIGS[name]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    assert parameter_order(config) == [p.numel() for p in model.parameters()]

@@ -17,6 +17,8 @@ from zero_planner.plan.memory import Workload
 from zero_planner.plan.throughput import estimate_step_time
 from zero_planner.strategies import STRATEGIES
 
+ROOT = Path(__file__).resolve().parents[1]
+
 # A model with round numbers: 1e9 parameters (tied embeddings: every parameter is in a matmul), 10 layers,
 # attention width 1000.
 TOY = ModelSpec(
@@ -142,11 +144,59 @@ def test_stage3_pays_host_time_per_fetch_hidden_by_long_micro_steps():
     assert throughput.stage3_fetches(many, work()) == 1400
     small = dict(micro_batch_size=1, seq_len=128)
     s2, s3 = (estimate_step_time(many, STRATEGIES[n], GPU, work(**small)) for n in ("2", "3"))
-    assert s3.stage3_s == pytest.approx(1400 * throughput.STAGE3_SECONDS_PER_FETCH - s3.compute_s)
+    host = throughput.host_seconds(many, STRATEGIES["3"], work(**small))
+    assert s3.stage3_s == pytest.approx(1400 * throughput.STAGE3_SECONDS_PER_FETCH - max(s3.compute_s, host))
     assert s3.step_s > s2.step_s
     large = dict(micro_batch_size=64, seq_len=4096)
     l2, l3 = (estimate_step_time(many, STRATEGIES[n], GPU, work(**large)) for n in ("2", "3"))
     assert l3.stage3_s == 0 and l3.step_s == pytest.approx(l2.step_s)
+
+
+def test_small_micro_batches_wait_for_the_host_and_large_ones_hide_it():
+    # The host's launches of each layer are a floor on the micro-step; ZeRO-2 adds its time per reduced bucket.
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    tiny, big = work(micro_batch_size=1, seq_len=128), work(micro_batch_size=16, seq_len=4096)
+    cal = throughput.load_calibration()
+    floor = spec.num_layers * cal.host_seconds_per_layer
+    s0 = estimate_step_time(spec, STRATEGIES["0"], GPU, tiny)
+    assert s0.host_s == pytest.approx(floor - s0.compute_s) and s0.host_s > 0
+    s2 = estimate_step_time(spec, STRATEGIES["2"], GPU, tiny)
+    buckets = throughput.stage2_reductions(spec, tiny)
+    assert s2.host_s == pytest.approx(floor + buckets * cal.stage2_seconds_per_reduction - s2.compute_s)
+    assert s2.step_s > estimate_step_time(spec, STRATEGIES["1"], GPU, tiny).step_s
+    checkpointed = estimate_step_time(spec, STRATEGIES["0"], GPU, replace(tiny, gradient_checkpointing=True))
+    assert checkpointed.host_s + checkpointed.compute_s == pytest.approx(floor * 4 / 3)
+    for name in ("0", "1", "2"):
+        assert estimate_step_time(spec, STRATEGIES[name], GPU, big).host_s == 0
+
+
+def test_stage2_reductions_follow_the_bucket_size():
+    # Llama 3.2 1B at our hidden^2 buckets: each of the 7 matrices of a layer closes a bucket (16 layers), and the
+    # embedding one more; DeepSpeed's default 5e8 elements take its 1.24e9 parameters in three.
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    assert throughput.stage2_reductions(spec, work()) == 16 * 7 + 1
+    assert throughput.stage2_reductions(spec, work(), bucket=500_000_000) == 3
+    counts = [throughput.stage2_reductions(spec, work(), bucket=2**k) for k in range(16, 32)]
+    assert counts == sorted(counts, reverse=True)
+    lora = throughput.stage2_reductions(spec, work(method="lora"))
+    assert lora == -(-throughput.trainable_params(spec, work(method="lora")) // (2048 * 2048))
+
+
+@pytest.mark.parametrize("bucket", [20_000, 60_000])
+def test_stage2_reductions_count_what_deepspeed_reduces(tmp_path, bucket):
+    """A real ZeRO-2 engine (one CPU process, overlap_comm as our JSON writes it): its reduce_ipg_grads calls in one
+    backward of llama-tiny, within one of the count from the reversed registration order."""
+    import subprocess
+    import sys
+
+    config = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "ds_reductions.py"), json.dumps(config), str(bucket)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=900)  # fmt: skip
+    lines = [line for line in out.stdout.splitlines() if line.startswith("REDUCTIONS ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-2000:]
+    measured = int(lines[-1].split()[1])
+    predicted = throughput.stage2_reductions(spec_from_config(config, "llama-tiny"), work(), bucket=bucket)
+    assert measured > 3 and abs(predicted - measured) <= 1, (predicted, measured)
 
 
 def test_cpu_adam_time_is_proportional_to_parameters():

@@ -3,6 +3,7 @@ borrowed from the catalog: a config.json or a model folder of a known architectu
 transformers.
 
     analytic_table(config)        -> count.count_params(config) without its "built_with", or None
+    parameter_order(config)       -> every parameter tensor's numel in named_parameters' order, or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
     sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
 
@@ -304,6 +305,20 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
             "largest_numel": max(a * b for a, b in m.linears) if layers else 0,
         },
     }
+
+
+def parameter_order(config: dict[str, Any]) -> list[int] | None:
+    """Returns the numel of every parameter tensor in named_parameters' order (a tied lm_head once, as the
+    embedding), or None where the config is not covered: the order in which DeepSpeed's gradient hooks see them,
+    reversed, fills its reduction buckets (throughput.stage2_reductions)."""
+    c = _resolved(config)
+    if c is None:
+        return None
+    m = _modules(c, FAMILIES[c["model_type"]])
+    h, v = c["hidden_size"], c["vocab_size"]
+    order = [v * h] + [n for _, n in m.pre] + [n for _, n in m.layer] * c["num_hidden_layers"]
+    order += [n for _, n in m.post] + ([] if c["tie_word_embeddings"] else [v * h])
+    return order
 
 
 def _signature(config: dict[str, Any]) -> tuple | None:

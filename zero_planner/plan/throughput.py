@@ -7,9 +7,15 @@ GPU is
     gpu_s   = sum over GEMM shapes of max(FLOPs / achieved matmul rate, operand bytes / achieved HBM rate)
             + attention FLOPs / achieved attention rate
             + bytes of the memory-bound kernels / achieved HBM rate
-    micro_s = gpu_s                                  (stages 0-2)
-            = max(gpu_s, fetches * stage3_seconds_per_fetch)   (stage 3: the host-side hook work per fetched
-                                                       parameter, which the GPU hides when its work is longer)
+    host_s  = layer passes * host_seconds_per_layer   (the host's Python and kernel launches of each decoder
+                                                       layer's forward and backward: a checkpointed layer runs
+                                                       its forward twice)
+            + reductions * stage2_seconds_per_reduction  (stage 2: overlap_comm synchronizes the device once per
+                                                       gradient bucket it reduces, so the host cannot run ahead)
+    micro_s = max(gpu_s, host_s)                      (stages 0-2: the GPU waits for the host where its work is
+                                                       shorter, small micro-batches of small models)
+            = max(gpu_s, host_s, fetches * stage3_seconds_per_fetch)   (stage 3: the host-side hook work per
+                                                       fetched parameter, which the GPU hides when its work is longer)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
 collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
@@ -67,6 +73,13 @@ class Calibration:
     reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
     parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than
     the micro-step's GPU work (small micro-batches). Host Python: it differs between machines."""
+    stage2_seconds_per_reduction: float
+    """FITTED: host seconds per gradient bucket ZeRO-2 reduces in backward (stage2_reductions). With overlap_comm
+    (our stage-2 JSON) every reduction starts with a device-wide synchronize (stage_1_and_2.py
+    allreduce_and_copy: `get_accelerator().synchronize()`), so the host cannot run ahead of the GPU across a
+    bucket: its Python per bucket (average_tensor's per-parameter bookkeeping, flatten, reduce, unflatten and
+    the copies back, copy_grads_in_partition) and the relaunch of the backward after it add to the host's
+    micro-step, which the GPU's work hides at large micro-batches. Host Python: it differs between machines."""
     cpu_adam_params_per_s_per_node: float
     """FITTED on the reference host, or MEASURED on this machine (cpu_adam_source): parameters per second that
     DeepSpeed's CPUAdam updates with all cores of one node, including the fp32 gradient copy to host and the
@@ -81,6 +94,10 @@ class Calibration:
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
     FLOPs. 1.0 where not measured: grouped GEMMs at the dense rate, their size penalty from the roofline alone."""
+    host_seconds_per_layer: float = 0.0
+    """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
+    launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
+    s per step on an H100 where its GPU work is about 0.05 s (2026-11-26)."""
     cpu_adam_source: str = "catalog"
     """`catalog` (the reference host's fitted rate) or `measured` (this machine, host_rates.py)."""
     median_error: float = 0.0
@@ -141,6 +158,7 @@ def __getattr__(name: str):
     legacy = {
         "OPTIMIZER_BYTES_PER_PARAM": "optimizer_bytes_per_param",
         "STAGE3_SECONDS_PER_FETCH": "stage3_seconds_per_fetch",
+        "STAGE2_SECONDS_PER_REDUCTION": "stage2_seconds_per_reduction",
         "CPU_ADAM_PARAMS_PER_S_PER_NODE": "cpu_adam_params_per_s_per_node",
         "STAGE3_OFFLOAD_COPY_BYTES_PER_S": "stage3_offload_copy_bytes_per_s",
         "MEDIAN_ERROR": "median_error",
@@ -184,7 +202,7 @@ class StepTime:
     offload_s: float
     """PCIe traffic to/from host memory plus CPU Adam (zero without offload)."""
     step_s: float
-    """Everything: compute + stage-3 host overhead + optimizer + communication + offload, no overlap."""
+    """Everything: compute + host-bound time (host_s, stage3_s) + optimizer + communication + offload, no overlap."""
     tokens_per_step: int
     """Tokens of one optimizer step over the whole cluster: micro_batch * seq_len * accumulation * world."""
     tokens_per_second: float
@@ -195,6 +213,8 @@ class StepTime:
     """False for CPU processes: tokens_per_second only ranks candidates and is not to be shown."""
     stage3_s: float = 0.0
     """ZeRO-3 host-side fetch overhead the GPU's work does not hide (zero for stages 0-2)."""
+    host_s: float = 0.0
+    """Stages 0-2: the host's time (layer launches, ZeRO-2's synchronized reductions) the GPU's work does not hide."""
     optimizer_s: float = 0.0
     """The optimizer step on the GPU (zero when the optimizer is offloaded: CPU Adam is in offload_s)."""
 
@@ -621,6 +641,54 @@ def stage3_fetches(spec: ModelSpec, workload: Workload, persistence_threshold: i
     return fetched * (3 if workload.gradient_checkpointing else 2)
 
 
+@lru_cache(maxsize=64)
+def _parameter_order(config_json: str) -> tuple[int, ...] | None:
+    from zero_planner.models.analytic import parameter_order
+
+    order = parameter_order(json.loads(config_json))
+    return None if order is None else tuple(order)
+
+
+def layer_passes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the decoder layers' host passes of one micro-step in units of one forward and backward: the layers,
+    4/3 of them with checkpointing (a forward is about a third of a layer's launches, and runs twice)."""
+    return spec.num_layers * (4 / 3 if workload.gradient_checkpointing else 1.0)
+
+
+def host_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the host's seconds of one micro-step at stages 0-2: layer passes x host_seconds_per_layer, plus
+    ZeRO-2's reductions x stage2_seconds_per_reduction."""
+    cal = calibration or load_calibration()
+    seconds = layer_passes(spec, workload) * cal.host_seconds_per_layer
+    if strategy.stage == 2:
+        seconds += stage2_reductions(spec, workload) * cal.stage2_seconds_per_reduction
+    return seconds
+
+
+def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = None) -> int:
+    """Returns the gradient buckets ZeRO-2 reduces in one backward (reduce_bucket_size `bucket` elements, our
+    dsconfig's hidden^2 unless given).
+
+    DeepSpeed's hook (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads) reduces the bucket
+    whenever the next gradient would overflow it; the gradients arrive in about the reverse of the parameters'
+    registration order, which models.analytic.parameter_order gives for the families it covers (equal to
+    named_parameters for every benchmark config). Otherwise (other families) every weight matrix (> 10 x hidden
+    elements) counts one: with hidden^2 buckets each closes about one. Adapters: their trainable tensors are
+    small, so buckets fill whole: trainable parameters / bucket."""
+    bucket = bucket_sizes(spec.hidden_size)["reduce_bucket_size"] if bucket is None else bucket
+    if workload.method != "full":
+        return max(1, -(-trainable_params(spec, workload) // bucket))
+    order = _parameter_order(json.dumps(spec.config, sort_keys=True, default=str)) if spec.config else None
+    if order is None:
+        return sum(count for numel, count in spec.tensor_sizes if numel > 10 * spec.hidden_size)
+    reductions, elements = 0, 0
+    for numel in reversed(order):
+        if elements and elements + numel > bucket:
+            reductions, elements = reductions + 1, 0
+        elements += numel
+    return reductions + (1 if elements else 0)
+
+
 def link_bandwidth_bytes_per_s(gpu: GPU, workload: Workload) -> float:
     """Returns the bandwidth a ring collective runs at: the intra-node link, or the slower node-to-node link
     when the job spans nodes (in a ring every link carries the same bytes, so the slowest one sets the pace)."""
@@ -771,13 +839,15 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     cal = calibration or load_calibration()
     accum = workload.gradient_accumulation_steps
     gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration)
-    host_s = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch if strategy.stage == 3 else 0.0
+    fetches_s = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
-    stage3_s = accum * max(0.0, host_s - gpu_s)
+    launches_s = host_seconds(spec, strategy, workload, cal)
+    stage3_s = accum * max(0.0, fetches_s - max(gpu_s, launches_s))
+    host_bound_s = accum * max(0.0, launches_s - gpu_s)
     optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
     communication_s = communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload)
     offload_s = offload_seconds(spec, strategy, gpu, workload, cal)
-    step_s = compute_s + stage3_s + optimizer_s + communication_s + offload_s
+    step_s = compute_s + host_bound_s + stage3_s + optimizer_s + communication_s + offload_s
     tokens = workload.micro_batch_size * workload.seq_len * accum * workload.world_size
     return StepTime(
         compute_s=compute_s,
@@ -789,5 +859,6 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
         mfu=accum * training_flops(spec, workload) / (step_s * peak_flops(gpu, workload.precision)),
         modelled=models_throughput(gpu),
         stage3_s=stage3_s,
+        host_s=host_bound_s,
         optimizer_s=optimizer_s,
     )
