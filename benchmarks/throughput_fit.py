@@ -167,43 +167,33 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
                    optimizer_bytes_per_param=round(float(opt_per_h * hs[j]), 1))  # fmt: skip
 
 
-def fit_stage3(cases: list[Features], cal: Calibration) -> Calibration:
-    """Returns `cal` with the host seconds per fetch minimising squared relative error (0.01 ms grid)."""
+def fit_host_rate(cases: list[Features], cal: Calibration, name: str, step: float, steps: int, digits: int) -> Calibration:
+    """Returns `cal` with its host rate `name` (seconds per unit) minimising the cases' squared relative error over
+    the grid 0, step, ..., (steps - 1) * step, rounded to `digits`; `cal` itself without cases."""
     if not cases:
         return cal
 
     def error(k: float) -> float:
-        trial = replace(cal, stage3_seconds_per_fetch=k, cpu_adam_params_per_s_per_node=float("inf"))
+        trial = replace(cal, **{name: k}, cpu_adam_params_per_s_per_node=float("inf"))
         return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
 
-    grid = [i * 1e-5 for i in range(0, 500)]
-    return replace(cal, stage3_seconds_per_fetch=round(min(grid, key=error), 7))
+    grid = [i * step for i in range(0, steps)]
+    return replace(cal, **{name: round(min(grid, key=error), digits)})
+
+
+def fit_stage3(cases: list[Features], cal: Calibration) -> Calibration:
+    """Returns `cal` with the host seconds per fetch minimising squared relative error (0.01 ms grid)."""
+    return fit_host_rate(cases, cal, "stage3_seconds_per_fetch", 1e-5, 500, 7)
 
 
 def fit_host_layer(cases: list[Features], cal: Calibration) -> Calibration:
     """Returns `cal` with the host seconds per layer pass minimising squared relative error (0.1 ms grid)."""
-    if not cases:
-        return cal
-
-    def error(k: float) -> float:
-        trial = replace(cal, host_seconds_per_layer=k, cpu_adam_params_per_s_per_node=float("inf"))
-        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
-
-    grid = [i * 1e-4 for i in range(0, 150)]
-    return replace(cal, host_seconds_per_layer=round(min(grid, key=error), 6))
+    return fit_host_rate(cases, cal, "host_seconds_per_layer", 1e-4, 150, 6)
 
 
 def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
     """Returns `cal` with the host seconds per ZeRO-2 reduction minimising squared relative error (0.01 ms grid)."""
-    if not cases:
-        return cal
-
-    def error(k: float) -> float:
-        trial = replace(cal, stage2_seconds_per_reduction=k, cpu_adam_params_per_s_per_node=float("inf"))
-        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
-
-    grid = [i * 1e-5 for i in range(0, 500)]
-    return replace(cal, stage2_seconds_per_reduction=round(min(grid, key=error), 7))
+    return fit_host_rate(cases, cal, "stage2_seconds_per_reduction", 1e-5, 500, 7)
 
 
 def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
