@@ -33,6 +33,9 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            first 8 layers (4,096), no checkpointing, 10 steps: where the host's work per
                            reduction outlasts the GPU's backward and where it stops binding; --gpus 0
   i26-stage2-ladder-2xh100 the Qwen3-1.7B ladder on two H100s (the reductions also carry NCCL traffic)
+  i26-host-h100            host-bound cases (small micro-batches: the layer floor, ZeRO-2's buckets, ZeRO-3's
+                           fetches) run beside zero_planner.plan.host_probe on one machine; --gpus 0
+  i26-qwen3-2xh100         every fitting candidate of Qwen3-1.7B at 2,048 tokens on two H100s, 8 steps
 """
 
 from __future__ import annotations
@@ -106,6 +109,20 @@ SUITES = {
                      ("mistral-7b-8l", 4096, (1, 2)))
                     for stage in ("1", "2")],  # fmt: skip
     },
+    # host-bound cases to hold zero_planner.plan.host_probe's measurement against, on the machine it ran on: the
+    # host floor (GPT-2 medium, Llama 3.2 1B at small micro-batches), ZeRO-2's buckets (Qwen3-1.7B at 1 x 4,096)
+    # and ZeRO-3's fetches (Mistral-7B 8 layers, Qwen3-1.7B, Llama 3.2 1B at 1-2 sequences)
+    "i26-host-h100": {
+        "gpu": "H100",
+        "settings": [],
+        "steps": 10,
+        "ladders": [("gpt2-medium", 1024, "0", False, (4,)), ("gpt2-medium", 1024, "1", False, (4, 8)),
+                    ("llama3.2-1b", 2048, "1", False, (2,)), ("llama3.2-1b", 2048, "3", False, (2,)),
+                    ("qwen3-1.7b", 4096, "1", False, (1,)), ("qwen3-1.7b", 4096, "2", False, (1,)),
+                    ("qwen3-1.7b", 4096, "3", False, (1,)), ("mistral-7b-8l", 4096, "3", False, (1, 2))],
+    },
+    # every fitting candidate of a third family on two GPUs (out of sample: the constants are fitted on one GPU)
+    "i26-qwen3-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("qwen3-1.7b", 2048)], "ladders": [], "steps": 8},
     "i26-stage2-ladder-2xh100": {
         "gpu": "H100",
         "num_gpus": 2,

@@ -1,0 +1,151 @@
+"""This machine's host times for the step-time model, measured on its GPU with a model too small to keep it busy.
+
+    python -m zero_planner.plan.host_probe [--json]    measure now on GPU 0 and print (needs CUDA and deepspeed)
+
+A training step waits for the host wherever the GPU's work is shorter (throughput.host_seconds): the Python,
+autograd and kernel launches of each decoder layer, ZeRO-2's work per gradient bucket (overlap_comm synchronizes
+the device before each) and ZeRO-3's hooks per fetched parameter. All three are host Python: they differ between
+machines (ZeRO-3's per fetch 1.0 ms on one lent H200 host, 2.1 ms on an H100's). Here a Llama-layout model of
+hidden size PROBE_HIDDEN, whose kernels take microseconds, trains single-process DeepSpeed engines (bf16, world
+size 1) and the wall time of forward + backward is the host's:
+
+  per layer   the slope of ZeRO-1's micro-step between SHALLOW and DEEP layers (ZeRO-1 without overlap_comm, as
+              our JSON writes it, has no gradient hooks);
+  per bucket  (ZeRO-2 - ZeRO-1) / the buckets ZeRO-2 reduces (buckets of PROBE_HIDDEN^2 elements, as our JSON's
+              hidden^2: one per weight matrix, counted by throughput.stage2_reductions);
+  per fetch   (ZeRO-3 - ZeRO-1) / the tensors ZeRO-3 fetches (persistence threshold 10 x hidden, as ours).
+
+Each engine runs WARMUP then STEPS micro-steps; the median is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+PROBE_HIDDEN = 64
+SHALLOW, DEEP = 4, 24
+SEQ = 16
+WARMUP, STEPS = 4, 12
+
+
+@dataclass(frozen=True)
+class HostTimes:
+    """Host seconds measured on this machine, as throughput.Calibration's fields name them."""
+
+    host_seconds_per_layer: float
+    stage2_seconds_per_reduction: float
+    stage3_seconds_per_fetch: float
+    micro_step_s: dict[str, float]
+    """The median forward + backward of each engine (stage:layers), seconds."""
+    gpu: str
+    torch: str
+    deepspeed: str
+    date: str
+
+
+def probe_config(layers: int) -> dict:
+    """Returns the probe model's config: Llama's layout, every tensor tiny."""
+    return {
+        "model_type": "llama", "vocab_size": 256, "hidden_size": PROBE_HIDDEN, "intermediate_size": 2 * PROBE_HIDDEN,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "head_dim": PROBE_HIDDEN // 4, "tie_word_embeddings": False, "max_position_embeddings": 128,
+    }  # fmt: skip
+
+
+def ds_config(stage: int) -> dict:
+    """Returns the DeepSpeed JSON of one probe engine: bf16, our stage's switches, buckets of hidden^2 elements."""
+    h2 = PROBE_HIDDEN * PROBE_HIDDEN
+    zero: dict = {"stage": stage}
+    if stage == 2:
+        zero.update(overlap_comm=True, contiguous_gradients=True, reduce_bucket_size=h2, allgather_bucket_size=h2)
+    if stage == 3:
+        zero.update(overlap_comm=True, contiguous_gradients=True, reduce_bucket_size=h2,
+                    stage3_prefetch_bucket_size=int(0.9 * h2), stage3_param_persistence_threshold=10 * PROBE_HIDDEN)
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}, "zero_optimization": zero,
+            "steps_per_print": 10**9}  # fmt: skip
+
+
+def time_engine(stage: int, layers: int) -> float:
+    """Returns the median seconds of one forward + backward of a fresh probe engine (the step apart)."""
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    sync = get_accelerator().synchronize
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**probe_config(layers)))
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(stage))
+    ids = torch.randint(0, 256, (1, SEQ), device=engine.device)
+    times = []
+    for _ in range(WARMUP + STEPS):
+        sync()
+        start = time.perf_counter()
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        sync()
+        times.append(time.perf_counter() - start)
+        engine.step()
+    if hasattr(engine, "destroy"):
+        engine.destroy()
+    return statistics.median(times[WARMUP:])
+
+
+def measure_here(require_gpu: bool = True) -> HostTimes:
+    """Returns this machine's host times (GPU 0; imports torch, transformers and deepspeed). Without
+    require_gpu it also runs on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu: the code path, not a host time
+    the model can use: there the "GPU" work is the host's too)."""
+    import datetime as dt
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    from zero_planner.models.spec import spec_from_config
+    from zero_planner.plan.memory import Workload
+    from zero_planner.plan.throughput import stage2_reductions, stage3_fetches
+
+    accelerator = get_accelerator()
+    if require_gpu and accelerator.device_name() != "cuda":
+        raise RuntimeError(f"no CUDA GPU (DeepSpeed's accelerator is {accelerator.device_name()!r}): the host times "
+                           "are measured against a GPU")  # fmt: skip
+    accelerator.set_device(0)
+    deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name(), verbose=False)
+    runs = {f"{stage}:{layers}": time_engine(stage, layers) for stage, layers in ((1, SHALLOW), (1, DEEP), (2, DEEP), (3, DEEP))}
+    spec = spec_from_config(probe_config(DEEP), "host-probe")
+    work = Workload(micro_batch_size=1, seq_len=SEQ, gradient_checkpointing=False, precision="bf16")
+    per_layer = (runs[f"1:{DEEP}"] - runs[f"1:{SHALLOW}"]) / (DEEP - SHALLOW)
+    per_bucket = (runs[f"2:{DEEP}"] - runs[f"1:{DEEP}"]) / stage2_reductions(spec, work, bucket=PROBE_HIDDEN**2)
+    per_fetch = (runs[f"3:{DEEP}"] - runs[f"1:{DEEP}"]) / stage3_fetches(spec, work, persistence_threshold=10 * PROBE_HIDDEN)
+    return HostTimes(
+        host_seconds_per_layer=per_layer, stage2_seconds_per_reduction=per_bucket, stage3_seconds_per_fetch=per_fetch,
+        micro_step_s=runs, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else accelerator.device_name(), torch=torch.__version__, deepspeed=deepspeed.__version__,
+        date=dt.date.today().isoformat(),
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the measurement as one JSON line")
+    parser.add_argument("--any-device", action="store_true", help="run on DeepSpeed's CPU accelerator too (a test)")
+    args = parser.parse_args(argv)
+    times = measure_here(require_gpu=not args.any_device)
+    if args.json:
+        print(json.dumps(asdict(times)))
+    else:
+        print(f"host per layer {times.host_seconds_per_layer * 1e3:.2f} ms, per ZeRO-2 bucket "
+              f"{times.stage2_seconds_per_reduction * 1e3:.2f} ms, per ZeRO-3 fetch {times.stage3_seconds_per_fetch * 1e3:.2f} ms "
+              f"({times.gpu}); micro-steps {json.dumps({k: round(v, 5) for k, v in times.micro_step_s.items()})}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
