@@ -79,12 +79,16 @@ def family_of(case) -> str:
 
 def host_of(case) -> str:
     """Returns the key of the machine a case ran on: the GPU kind (each lent GPU kind came on its own host type),
-    with the CPU model where the harness recorded it. The CPU model alone does not tell the hosts apart: the lent
+    with the CPU model and logical cores where the harness recorded them (the lent 1-GPU H100 machines have 16, the
+    2-GPU ones 32; their CPU Adam and hook times differ). The CPU model alone does not tell the hosts apart: the lent
     H100 and H200 machines both report the virtual CPU's generic "Intel(R) Xeon(R) Processor", and their hooks
     and CPU Adam run at different speeds (Mistral-7B's ZeRO-3 fetches at micro-batch 1-2: 1.05 ms each on the
     H200's host, 2026-11-25; 1.5-2.1 ms on the H100's for Llama-3.2-3B, Qwen3-1.7B, Gemma-2-2B)."""
-    cpu_model = case.row["provenance"].get("cpu_model")
-    return f"{case.gpu.name} ({cpu_model})" if cpu_model else case.gpu.name
+    provenance = case.row["provenance"]
+    cpu_model, cores = provenance.get("cpu_model"), provenance.get("cpu_cores")
+    if not cpu_model:
+        return case.gpu.name
+    return f"{case.gpu.name} ({cpu_model}, {cores} cores)" if cores else f"{case.gpu.name} ({cpu_model})"
 
 
 def features(case, base: Calibration | None = None) -> Features:

@@ -34,7 +34,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            reduction outlasts the GPU's backward and where it stops binding; --gpus 0
   i26-stage2-ladder-2xh100 the Qwen3-1.7B ladder on two H100s (the reductions also carry NCCL traffic)
   i26-host-h100            host-bound cases (small micro-batches: the layer floor, ZeRO-2's buckets, ZeRO-3's
-                           fetches) run beside zero_planner.plan.host_probe on one machine; --gpus 0
+                           fetches) run beside benchmarks/host_probe.py on one machine; --gpus 0
   i26-qwen3-2xh100         every fitting candidate of Qwen3-1.7B at 2,048 tokens on two H100s, 8 steps
 """
 
@@ -109,7 +109,7 @@ SUITES = {
                      ("mistral-7b-8l", 4096, (1, 2)))
                     for stage in ("1", "2")],  # fmt: skip
     },
-    # host-bound cases to hold zero_planner.plan.host_probe's measurement against, on the machine it ran on: the
+    # host-bound cases to hold benchmarks/host_probe.py's measurement against, on the machine it ran on: the
     # host floor (GPT-2 medium, Llama 3.2 1B at small micro-batches), ZeRO-2's buckets (Qwen3-1.7B at 1 x 4,096)
     # and ZeRO-3's fetches (Mistral-7B 8 layers, Qwen3-1.7B, Llama 3.2 1B at 1-2 sequences)
     "i26-host-h100": {

@@ -1,6 +1,6 @@
 """This machine's host times for the step-time model, measured on its GPU with a model too small to keep it busy.
 
-    python -m zero_planner.plan.host_probe [--json]    measure now on GPU 0 and print (needs CUDA and deepspeed)
+    python benchmarks/host_probe.py [--json]    measure now on GPU 0 and print (needs CUDA and deepspeed)
 
 A training step waits for the host wherever the GPU's work is shorter (throughput.host_seconds): the Python,
 autograd and kernel launches of each decoder layer, ZeRO-2's work per gradient bucket (overlap_comm synchronizes
@@ -27,6 +27,9 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PROBE_HIDDEN = 64
 SHALLOW, DEEP = 4, 24
