@@ -130,8 +130,8 @@ def measure_here(require_gpu: bool = True) -> HostTimes:
     per_fetch = (runs[f"3:{DEEP}"] - runs[f"1:{DEEP}"]) / stage3_fetches(spec, work, persistence_threshold=10 * PROBE_HIDDEN)
     return HostTimes(
         host_seconds_per_layer=per_layer, stage2_seconds_per_reduction=per_bucket, stage3_seconds_per_fetch=per_fetch,
-        micro_step_s=runs, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else accelerator.device_name(), torch=torch.__version__, deepspeed=deepspeed.__version__,
-        date=dt.date.today().isoformat(),
+        micro_step_s=runs, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else accelerator.device_name(),
+        torch=torch.__version__, deepspeed=deepspeed.__version__, date=dt.date.today().isoformat(),
     )  # fmt: skip
 
 

@@ -8,12 +8,15 @@ cases of the reference GPU (H100):
      throughput.MAX_MATMUL_FRACTION, HBM up to 1; each GEMM runs at its roofline, so the two do not enter
      linearly), and, by least squares on relative error at each grid point, the achieved attention fraction
      and the optimizer's bytes per parameter;
-  2. stage 3 without offload: the host seconds per fetched tensor (1-d search, the terms of 1 fixed);
-  3. offload: CPU Adam parameters/s, per host (least squares on relative error, 1 and 2 fixed): a property of
+  2. the host's floor: seconds per decoder layer pass on stages 0-1, then per ZeRO-2 bucket on stage 2 (1-d
+     searches); then 1 again without the runs the host bound, and these two again;
+  3. stage 3 without offload: the host seconds per fetched tensor (1-d search, the terms of 1 and 2 fixed);
+  4. offload: CPU Adam parameters/s, per host (least squares on relative error, 1-3 fixed): a property of
      the machine, so each host's offload runs give its own rate (the committed runs name no CPU model; each
      GPU kind was lent on its own host type, so the GPU name stands for the host until gpu_harness.py
      records `cpu_model`). The reference host's rate is the catalog default. Likewise the ZeRO-3 hook time
-     per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches).
+     per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches),
+     and its time per ZeRO-2 bucket, from its stage-2 runs that the host bound.
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
@@ -121,17 +124,25 @@ def features(case, base: Calibration | None = None) -> Features:
     )
 
 
+def gpu_seconds(c: Features, cal: Calibration) -> float:
+    """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
+    f, h = cal.matmul_fraction, cal.memory_fraction
+    gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
+    return gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
+
+
+def host_seconds(c: Features, cal: Calibration) -> float:
+    """Returns the case's host seconds per micro-step at `cal`: layer passes and ZeRO-2's buckets (throughput.host_seconds)."""
+    return c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
+
+
 def predict(c: Features, cal: Calibration) -> float:
     """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
-    f, h = cal.matmul_fraction, cal.memory_fraction
-    gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
-    gpu = gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
-    host = c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
     fetches = c.fetches * cal.stage3_seconds_per_fetch
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
-    return max(gpu, host, fetches) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
+    return max(gpu_seconds(c, cal), host_seconds(c, cal), fetches) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
 
 
 def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
@@ -240,18 +251,10 @@ def host_bound(c: Features, cal: Calibration) -> bool:
     return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu_seconds(c, cal)
 
 
-def gpu_seconds(c: Features, cal: Calibration) -> float:
-    """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
-    f, h = cal.matmul_fraction, cal.memory_fraction
-    return sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s)) + \
-        c.attention_s / cal.attention_fraction + c.traffic_s / h
-
-
 def host_bound_launches(c: Features, cal: Calibration) -> bool:
     """Returns whether a stage 0-2 case's host time (layer launches, ZeRO-2's reductions) at `cal` is above half its
     GPU work: such cases show the host's rates, and do not show the GPU's."""
-    host = c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
-    return host > 0.5 * gpu_seconds(c, cal)
+    return host_seconds(c, cal) > 0.5 * gpu_seconds(c, cal)
 
 
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
@@ -263,11 +266,11 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     if dense is None:
         raise ValueError("no physical fit of stages 0-2 on these cases")
     stages01 = [c for c in ref if c.strategy in ("0", "1")]
-    stage2 = [c for c in ref if c.strategy == "2"]
-    dense = fit_stage2(stage2, fit_host_layer(stages01, dense))
+    zero2 = [c for c in ref if c.strategy == "2"]
+    dense = fit_stage2(zero2, fit_host_layer(stages01, dense))
     # the GPU constants again without the runs the host bound (small micro-batches), then the host's rates again
-    refit = fit_dense([c for c in stages01 + stage2 if not host_bound_launches(c, dense)], dense) or dense
-    cal = fit_stage3([c for c in ref if c.strategy == "3"], fit_stage2(stage2, fit_host_layer(stages01, refit)))
+    refit = fit_dense([c for c in stages01 + zero2 if not host_bound_launches(c, dense)], dense) or dense
+    cal = fit_stage3([c for c in ref if c.strategy == "3"], fit_stage2(zero2, fit_host_layer(stages01, refit)))
     rates: dict[str, float] = {}
     stage3: dict[str, float] = {}
     stage2: dict[str, float] = {}
