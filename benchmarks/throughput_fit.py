@@ -16,12 +16,14 @@ cases of the reference GPU (H100):
      GPU kind was lent on its own host type, so the GPU name stands for the host until gpu_harness.py
      records `cpu_model`). The reference host's rate is the catalog default. Likewise the ZeRO-3 hook time
      per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches),
-     and its time per ZeRO-2 bucket, from its stage-2 runs that the host bound.
+     and its time per ZeRO-2 bucket, from its stage-2 runs that the host bound;
+  5. ZeRO-3 on several GPUs: the host seconds of each gather across ranks (1-d search over the
+     runs of several GPUs, each at its host's per-fetch time; 1-4 fixed, and fitted on one GPU only).
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
-Cases: throughput_check.measured_cases (status ok, one GPU, alone on GPU and host, >= --min-tokens tokens per
-micro-step).
+Cases: throughput_check.measured_cases (status ok, alone on GPU and host, >= --min-tokens tokens per micro-step);
+runs of several GPUs enter step 5 only.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -71,6 +74,11 @@ class Features:
     """Decoder layer passes of the host per micro-step (throughput.layer_passes)."""
     cpu_adam_params: float
     pcie_s: float
+    world_size: int = 1
+    gathers: int = 0
+    """ZeRO-3's gathers across ranks (several GPUs; throughput.stage3_gathers); 0 on one GPU, where DeepSpeed skips them."""
+    communication_s: float = 0.0
+    """ZeRO's collectives between GPUs per step at the link's catalog bandwidth (throughput.communication_bytes)."""
 
 
 def family_of(case) -> str:
@@ -121,6 +129,10 @@ def features(case, base: Calibration | None = None) -> Features:
         layer_passes=throughput.layer_passes(spec, workload),
         cpu_adam_params=throughput.cpu_adam_params(spec, strategy, workload),
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
+        world_size=workload.world_size,
+        gathers=throughput.stage3_gathers(spec, workload) if strategy.stage == 3 and workload.world_size > 1 else 0,
+        communication_s=(throughput.communication_bytes(spec, strategy, workload)
+                         / throughput.link_bandwidth_bytes_per_s(gpu, workload)),  # fmt: skip
     )
 
 
@@ -140,9 +152,10 @@ def predict(c: Features, cal: Calibration) -> float:
     """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
-    fetches = c.fetches * cal.stage3_seconds_per_fetch
+    fetches = c.fetches * cal.stage3_seconds_per_fetch + c.gathers * cal.stage3_seconds_per_gather
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
-    return max(gpu_seconds(c, cal), host_seconds(c, cal), fetches) + optimizer + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
+    return (max(gpu_seconds(c, cal), host_seconds(c, cal), fetches) + optimizer + c.communication_s + c.pcie_s
+            + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
 
 
 def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
@@ -182,15 +195,24 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
                    optimizer_bytes_per_param=round(float(opt_per_h * hs[j]), 1))  # fmt: skip
 
 
-def fit_host_rate(cases: list[Features], cal: Calibration, name: str, step: float, steps: int, digits: int) -> Calibration:
+def fit_host_rate(cases: list[Features], cal: Calibration, name: str, step: float, steps: int, digits: int,
+                  for_case: Callable[[Features], Calibration] | None = None) -> Calibration:
     """Returns `cal` with its host rate `name` (seconds per unit) minimising the cases' squared relative error over
-    the grid 0, step, ..., (steps - 1) * step, rounded to `digits`; `cal` itself without cases."""
+    the grid 0, step, ..., (steps - 1) * step, rounded to `digits`; `cal` itself without cases. `for_case`: each
+    case predicted with its own calibration (its host's rates), `name` set to the trial value."""
     if not cases:
         return cal
 
+    bases = [for_case(c) if for_case else cal for c in cases]
+
     def error(k: float) -> float:
-        trial = replace(cal, **{name: k}, cpu_adam_params_per_s_per_node=float("inf"))
-        return sum((predict(c, trial) / c.measured_s - 1) ** 2 for c in cases)
+        trials: dict[int, Calibration] = {}  # one trial calibration per distinct base (per host)
+        total = 0.0
+        for c, b in zip(cases, bases):
+            if id(b) not in trials:
+                trials[id(b)] = replace(b, **{name: k}, cpu_adam_params_per_s_per_node=float("inf"))
+            total += (predict(c, trials[id(b)]) / c.measured_s - 1) ** 2
+        return total
 
     grid = [i * step for i in range(0, steps)]
     return replace(cal, **{name: round(min(grid, key=error), digits)})
@@ -209,6 +231,12 @@ def fit_host_layer(cases: list[Features], cal: Calibration) -> Calibration:
 def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
     """Returns `cal` with the host seconds per ZeRO-2 reduction minimising squared relative error (0.01 ms grid)."""
     return fit_host_rate(cases, cal, "stage2_seconds_per_reduction", 1e-5, 500, 7)
+
+
+def fit_gather(cases: list[Features], partial: "Fit") -> Calibration:
+    """Returns `partial`'s calibration with the host seconds per ZeRO-3 gather across ranks (several GPUs)
+    minimising squared relative error (0.01 ms grid), each case at its host's per-fetch time."""
+    return fit_host_rate(cases, partial.calibration, "stage3_seconds_per_gather", 1e-5, 500, 7, partial.for_case)
 
 
 def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
@@ -261,6 +289,8 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     """Returns the Fit of `cases`: GPU constants on the reference GPU's runs, CPU Adam per host on all hosts'."""
     base = base or load_calibration()
     reference_gpu = reference_gpu or base.reference_gpu
+    several = [c for c in cases if c.world_size > 1]
+    cases = [c for c in cases if c.world_size == 1]
     ref = [c for c in cases if c.gpu == reference_gpu]
     dense = fit_dense([c for c in ref if c.strategy in ("0", "1", "2")], base)
     if dense is None:
@@ -292,6 +322,8 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
             rates[host] = rate
     if reference_host in rates:
         cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
+    # ZeRO-3's gather on several GPUs, the one-GPU terms (and each host's per-fetch time) fixed
+    cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2))
     return Fit(cal, rates, stage3, stage2)
 
 
@@ -306,7 +338,8 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     """Writes the constants of `cal` and the `error` figures into catalog/step_time.json (its _about kept)."""
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
-                 "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage2_seconds_per_reduction", "host_seconds_per_layer",
+                 "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
+                 "stage2_seconds_per_reduction", "host_seconds_per_layer",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
         data[name] = getattr(cal, name)
@@ -331,9 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = json.loads(args.kernels.read_text()).get("grouped_gemm_fraction")
         if measured:
             base = replace(base, grouped_gemm_fraction=float(measured))
-    cases = [features(c, base) for c in measured_cases(args.min_tokens) if c.method == "full"]
-    result = fit(cases, base)
+    everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None) if c.method == "full"]
+    result = fit(everything, base)
     cal = result.calibration
+    cases = [c for c in everything if c.world_size == 1]
+    several = [c for c in everything if c.world_size > 1]
     ref = [c for c in cases if c.gpu == cal.reference_gpu]
     print(f"fitted on {len(ref)} {cal.reference_gpu} cases (>= {args.min_tokens} tokens per micro-step):")
     print(f"  achieved matmul      {cal.matmul_fraction:.2f} of peak   (matmul_fraction)")
@@ -341,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  achieved HBM         {cal.memory_fraction:.3f} of peak  (memory_fraction)")
     print(f"  optimizer            {cal.optimizer_bytes_per_param:.0f} bytes per trainable parameter per step")
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
+    print(f"  stage 3, several GPUs {cal.stage3_seconds_per_gather * 1e3:.2f} ms more per gather across ranks "
+          f"({sum(c.strategy == '3' for c in several)} runs)")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     for host, rate in result.host_cpu_adam.items():
@@ -352,11 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\nstep time predicted / measured - 1 with these constants (tokens/s error is about the same, sign flipped):")
     for label, subset in (("stages 0-2", [c for c in ref if c.strategy in ("0", "1", "2")]),
                           ("stage 3", [c for c in ref if c.strategy == "3"]),
-                          ("offload", [c for c in cases if "offload" in c.strategy]), ("all", cases)):  # fmt: skip
+                          ("offload", [c for c in cases if "offload" in c.strategy]), ("all", cases),
+                          ("several GPUs", several)):  # fmt: skip
         print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
     if args.write or args.write_errors:
         kept = load_calibration() if args.write_errors else cal
-        error = validate(measured_cases(args.min_tokens), quiet=True, base=kept)
+        error = validate(measured_cases(args.min_tokens, gpus=None), quiet=True, base=kept)
         write_calibration(kept, error)
         print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "
               f"max {error['out_of_family_max']:.1%}")  # fmt: skip

@@ -400,3 +400,87 @@ def test_a_sliding_window_the_sequence_reaches_costs_mask_bytes():
     assert throughput.attention_mask_bytes(phi3, work(seq_len=1024)) == 0
     at_4k = throughput.attention_mask_bytes(phi3, work(seq_len=4096))
     assert at_4k == 32 * 4096 * 4096 * (1 + 2 + 32 * 2 + 32 * 2)
+
+
+def _ds_gathers(tmp_path, config: dict, *args: int, world: int = 1) -> tuple[int, int]:
+    """Runs tests/ds_gathers.py on `world` CPU ranks over gloo; returns rank 0's (fetched, gathered-less) counts."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, str(ROOT / "tests" / "ds_gathers.py"), json.dumps(config), *map(str, args)]
+    procs = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "DS_ACCELERATOR": "cpu", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                                   "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+             for rank in range(world)]  # fmt: skip
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    lines = [line for line in outputs[0].splitlines() if line.startswith("FETCHED ")]
+    assert lines, outputs[0][-3000:]
+    fields = lines[-1].split()
+    return int(fields[1]), int(fields[3])
+
+
+def test_one_rank_skips_zero3s_gathers():
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text()), "t")
+    cal = replace(throughput.load_calibration(), stage3_seconds_per_fetch=1e-3, stage3_seconds_per_gather=2e-3)
+    one, two = work(seq_len=16), work(seq_len=16, world_size=2, gpus_per_node=2)
+    fetches, gathers = throughput.stage3_fetches(spec, one), throughput.stage3_gathers(spec, one)
+    assert throughput.stage3_host_seconds(spec, one, cal) == pytest.approx(fetches * 1e-3)
+    assert throughput.stage3_host_seconds(spec, two, cal) == pytest.approx(fetches * 1e-3 + gathers * 2e-3)
+    # host-bound on a toy workload: two GPUs pay the gathers on top of one GPU's hooks
+    t1 = estimate_step_time(spec, STRATEGIES["3"], GPU, one, cal)
+    t2 = estimate_step_time(spec, STRATEGIES["3"], GPU, two, cal)
+    assert t2.stage3_s - t1.stage3_s == pytest.approx(gathers * 2e-3, rel=1e-6)
+
+
+def test_zero3_keeps_what_it_reuses_within_the_window():
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text()), "t")
+    # llama-tiny: embedding, 2 x 7 matrices, lm_head above the persistence threshold (10 x 128 elements)
+    for gc in (False, True):
+        w = work(seq_len=16, gradient_checkpointing=gc)
+        # a window of the whole model: each tensor gathered once, in the forward
+        assert throughput.stage3_gathers(spec, w, reuse_distance=10**9) == 16
+        # hooks fire on every pass all the same
+        assert throughput.stage3_fetches(spec, w) == 16 * (3 if gc else 2)
+    # no window: everything gathered again in the backward, and the checkpointed layers' recompute once more
+    assert throughput.stage3_gathers(spec, work(seq_len=16), reuse_distance=0) == 32
+    assert throughput.stage3_gathers(spec, work(seq_len=16, gradient_checkpointing=True), reuse_distance=0) == 46
+    # a full-size model (Qwen3-1.7B's shape) keeps only the forward's last layers for the backward (1e9 window)
+    config = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
+    big = spec_from_config({**config, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+                            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                            "tie_word_embeddings": True}, "big")  # fmt: skip
+    gathers = throughput.stage3_gathers(big, work())
+    assert throughput.stage3_fetches(big, work()) * 0.8 < gathers < throughput.stage3_fetches(big, work())
+
+
+@pytest.mark.parametrize("reuse,gc,prefetch,predicted_reuse", [
+    (0, 0, 0, 0),                 # no window, no prefetch: every pass gathers
+    (100_000, 1, 0, 100_000),     # a window of part of a layer, with checkpointing
+    (-1, 0, None, None),          # our JSON as zero-plan writes it (1e9 window, 0.9 x hidden^2 prefetch)
+])  # fmt: skip
+def test_stage3_gathers_count_what_deepspeed_gathers(tmp_path, reuse, gc, prefetch, predicted_reuse):
+    """A real ZeRO-3 engine (one CPU rank): the parameters its coordinator gathers in the third micro-step of
+    llama-tiny, against stage3_gathers (which leaves out what the prefetcher's look-ahead also keeps: about one
+    module; the tiny model's prefetch bucket covers it whole, as the 1e9 window does)."""
+    config = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
+    args = (reuse, gc) + (() if prefetch is None else (prefetch,))
+    fetched, _ = _ds_gathers(tmp_path, config, *args)
+    spec = spec_from_config(config, "llama-tiny")
+    predicted = throughput.stage3_gathers(spec, work(seq_len=16, gradient_checkpointing=bool(gc)), reuse_distance=predicted_reuse)
+    assert fetched >= 16 and abs(predicted - fetched) <= 2, (predicted, fetched)
+
+
+def test_deepspeed_gathers_across_ranks_only(tmp_path):
+    """DeepSpeed hands a one-rank partition over without a gather (all_gather_coalesced -> _no_gather_coalesced),
+    which is why stage3_seconds_per_gather applies on several GPUs only: two CPU ranks over gloo gather every fetched
+    parameter, one rank none."""
+    config = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
+    fetched1, no_gather1 = _ds_gathers(tmp_path, config, world=1)
+    fetched2, no_gather2 = _ds_gathers(tmp_path, config, world=2)
+    assert fetched1 == fetched2 > 0
+    assert no_gather1 >= fetched1 and no_gather2 == 0

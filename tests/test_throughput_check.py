@@ -17,9 +17,9 @@ def cases():
     return measured_cases(4096)
 
 
-def test_the_fit_predicts_with_the_planners_own_formula(cases):
+def test_the_fit_predicts_with_the_planners_own_formula():
     cal = load_calibration()
-    for case in cases:
+    for case in measured_cases(4096, gpus=None):  # one GPU and several (communication, ZeRO-3's gathers)
         planned = estimate_step_time(case.spec, STRATEGIES[case.strategy], case.gpu, case.workload, cal).step_s
         assert predict(features(case), cal) == pytest.approx(planned, rel=1e-9), case.name
 
@@ -106,3 +106,23 @@ def test_a_run_beside_another_case_on_its_machine_is_host_shared():
     # every committed 2026-11-26 run says it ran alone
     alone = [c for c in measured_cases(4096, gpus=None) if c.row["file"].endswith("2026-11-26.jsonl")]
     assert alone and all(c.row.get("host_shared") is False for c in alone)
+
+
+def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
+    from dataclasses import replace
+
+    everything = [features(c) for c in measured_cases(4096, gpus=None) if c.method == "full"]
+    base = replace(load_calibration(), stage3_seconds_per_gather=0.0)
+    one_gpu = fit([f for f in everything if f.world_size == 1], base)
+    both = fit(everything, base)
+    assert one_gpu.calibration.stage3_seconds_per_gather == 0.0  # nothing to fit it on
+    assert both.calibration.stage3_seconds_per_gather > 0
+    # the one-GPU constants are the same either way: runs of several GPUs fit the gather only
+    assert replace(both.calibration, stage3_seconds_per_gather=0.0) == one_gpu.calibration
+    zero3 = [f for f in everything if f.world_size > 1 and f.strategy == "3"]
+    assert len(zero3) >= 10
+
+    def error(result) -> float:
+        return sum(abs(predict(f, result.for_case(f)) / f.measured_s - 1) for f in zero3) / len(zero3)
+
+    assert error(both) < 0.8 * error(one_gpu)

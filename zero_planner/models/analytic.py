@@ -321,6 +321,31 @@ def parameter_order(config: dict[str, Any]) -> list[int] | None:
     return order
 
 
+def forward_modules(config: dict[str, Any]) -> tuple[list, list, list] | None:
+    """Returns the modules that hold parameters, as (head, layer, tail): each a list of (module path, ((parameter
+    name, numel), ...)) in registration order, which is the order one forward runs the weight matrices (norms, too
+    small to be fetched, may run earlier). `head` is the embedding (and learned positions), `layer` one decoder
+    layer (paths relative to it), `tail` the final norm and the lm_head, whose parameter is the embedding's where
+    tied. None where the config is not covered. ZeRO-3's coordinator fetches and releases parameters module by
+    module in this order (throughput.stage3_fetches)."""
+    c = _resolved(config)
+    if c is None:
+        return None
+    m = _modules(c, FAMILIES[c["model_type"]])
+
+    def grouped(tensors: list[tuple[str, int]], prefix: str = "") -> list:
+        modules: dict[str, list[tuple[str, int]]] = {}
+        for name, numel in tensors:
+            modules.setdefault(prefix + name.rsplit(".", 1)[0], []).append((prefix + name, numel))
+        return [(path, tuple(params)) for path, params in modules.items()]
+
+    embed = f"{m.embed}.weight"
+    head = [(m.embed, ((embed, c["vocab_size"] * c["hidden_size"]),))] + grouped(m.pre)
+    lm_head = embed if c["tie_word_embeddings"] else "lm_head.weight"
+    tail = grouped(m.post) + [("lm_head", ((lm_head, c["vocab_size"] * c["hidden_size"]),))]
+    return head, grouped(m.layer), tail
+
+
 def _signature(config: dict[str, Any]) -> tuple | None:
     """Returns what the activation trace of `config` depends on (model_type and every non-neutral key, defaults
     filled in), or None where the config is not covered."""

@@ -14,8 +14,9 @@ GPU is
                                                        gradient bucket it reduces, so the host cannot run ahead)
     micro_s = max(gpu_s, host_s)                      (stages 0-2: the GPU waits for the host where its work is
                                                        shorter, small micro-batches of small models)
-            = max(gpu_s, host_s, fetches * stage3_seconds_per_fetch)   (stage 3: the host-side hook work per
-                                                       fetched parameter, which the GPU hides when its work is longer)
+            = max(gpu_s, host_s, stage3_host_seconds)        (stage 3: the host-side hook work per fetch request,
+                                                       which the GPU hides when its work is longer; on several GPUs
+                                                       plus each gather's: stage3_gathers x stage3_seconds_per_gather)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
 collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
@@ -38,7 +39,7 @@ from importlib import resources
 
 from zero_planner.hardware import GPU
 from zero_planner.models.spec import ModelSpec
-from zero_planner.plan.dsconfig import bucket_sizes
+from zero_planner.plan.dsconfig import STAGE3_MAX_REUSE_DISTANCE, bucket_sizes
 from zero_planner.plan.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.strategies import Strategy
 
@@ -90,6 +91,12 @@ class Calibration:
     buffer and copied to the GPU from pageable memory (stage3.py _optimizer_step), where ZeRO-2 offload copies
     from a pinned staging buffer. Llama-3.2-3B on the H200 (16 host cores, alone, 2026-11-23): 3-offload minus
     2-offload at equal shapes, +1.10 s (mb 12) and +1.58 s (mb 38, gc) per step for 6.4 GB, 4.1-5.8 GB/s."""
+    stage3_seconds_per_gather: float = 0.0
+    """FITTED on runs of two GPUs: the host seconds of one ZeRO-3 gather (stage3_gathers) where the parameter's
+    partition spans several ranks. On one rank DeepSpeed hands the parameter over as it is (partition_parameters.py
+    all_gather_coalesced returns _no_gather_coalesced); on several it allocates the gathered buffer, launches
+    the all-gather on its own stream and, waiting on the handle, splits the buffer into the parameters, and in
+    the backward reduce-scatters the gradient across the ranks. Host Python and launches, like the per-fetch time."""
     grouped_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
@@ -630,15 +637,99 @@ def memory_bytes_per_s(gpu: GPU, calibration: Calibration | None = None) -> floa
 
 
 def stage3_fetches(spec: ModelSpec, workload: Workload, persistence_threshold: int | None = None) -> int:
-    """Returns the parameter tensors ZeRO-3 gathers and releases in one micro-step.
-
-    Tensors above stage3_param_persistence_threshold (our dsconfig's 10 * hidden unless given) are fetched
-    once in the forward, once in the backward and once more for a checkpointed forward; smaller ones (norms,
-    biases) stay resident.
-    """
+    """Returns the fetch requests of ZeRO-3's hooks in one micro-step: each parameter tensor above
+    stage3_param_persistence_threshold (our dsconfig's 10 * hidden unless given) once per pass of its module (the
+    forward, the backward, and the recomputed forward with checkpointing); smaller ones (norms, biases) stay
+    resident. The hooks' Python (fetch_sub_module, the trace and prefetch bookkeeping, the release) runs on every
+    pass whether or not the tensor must be gathered again (stage3_gathers counts those)."""
     threshold = bucket_sizes(spec.hidden_size)["stage3_param_persistence_threshold"] if persistence_threshold is None else persistence_threshold
     fetched = sum(count for numel, count in spec.tensor_sizes if numel > threshold)
     return fetched * (3 if workload.gradient_checkpointing else 2)
+
+
+def stage3_gathers(spec: ModelSpec, workload: Workload, persistence_threshold: int | None = None,
+                   reuse_distance: int | None = None) -> int:
+    """Returns the parameter tensors ZeRO-3 gathers in one micro-step (across ranks on several GPUs).
+
+    A tensor above the persistence threshold is gathered when a module needs it and it is not already there.
+    After each module the coordinator releases its parameters unless they are used again within the next
+    stage3_max_reuse_distance elements of modules (our dsconfig's 1e9 unless given;
+    partitioned_param_coordinator.py __params_to_release), so the last layers of the forward stay for the
+    backward, and with checkpointing a layer's recomputed forward keeps its weights for its backward. Counted by
+    walking the forward and backward (stage3_trace) where models.analytic covers the family; otherwise
+    stage3_fetches. (The prefetcher also keeps what it has looked ahead to: about one module more.)"""
+    threshold = bucket_sizes(spec.hidden_size)["stage3_param_persistence_threshold"] if persistence_threshold is None else persistence_threshold
+    reuse = STAGE3_MAX_REUSE_DISTANCE if reuse_distance is None else reuse_distance
+    trace = stage3_trace(spec, workload.gradient_checkpointing) if spec.config else None
+    if trace is None:
+        return stage3_fetches(spec, workload, persistence_threshold)
+    return _trace_gathers(trace, threshold, reuse)
+
+
+def stage3_trace(spec: ModelSpec, gradient_checkpointing: bool) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+    """Returns the modules one micro-step runs, in order, each as its ((parameter, numel), ...): the forward, then
+    the backward in reverse, each checkpointed decoder layer's forward again just before its backward. None where
+    models.analytic does not cover the family."""
+    return _stage3_trace(json.dumps(spec.config, sort_keys=True, default=str), gradient_checkpointing)
+
+
+@lru_cache(maxsize=64)
+def _stage3_trace(config_json: str, gradient_checkpointing: bool) -> tuple | None:
+    from zero_planner.models.analytic import forward_modules
+
+    config = json.loads(config_json)
+    modules = forward_modules(config)
+    if modules is None:
+        return None
+    head, layer, tail = modules
+    layers = config.get("num_hidden_layers") or config.get("n_layer")
+    per_layer = [[tuple((f"{i}.{name}", numel) for name, numel in params) for _, params in layer] for i in range(layers)]
+    head_, tail_ = [params for _, params in head], [params for _, params in tail]
+    forward = head_ + [m for block in per_layer for m in block] + tail_
+    if not gradient_checkpointing:
+        return tuple(forward + forward[::-1])
+    backward = tail_[::-1] + [m for block in per_layer[::-1] for m in block + block[::-1]] + head_[::-1]
+    return tuple(forward + backward)
+
+
+@lru_cache(maxsize=256)
+def _trace_gathers(trace: tuple, threshold: int, reuse: int) -> int:
+    """Walks `trace` as the coordinator does: a tensor above `threshold` is gathered when its module runs without
+    it; after the module it is released unless a module starting within `reuse` elements uses it again."""
+    sizes = [sum(numel for _, numel in module) for module in trace]
+    before = [0]
+    for size in sizes:
+        before.append(before[-1] + size)
+    next_use: dict[str, int] = {}
+    following = [dict() for _ in trace]
+    for i in range(len(trace) - 1, -1, -1):
+        following[i] = {name: next_use.get(name) for name, _ in trace[i]}
+        for name, _ in trace[i]:
+            next_use[name] = i
+    available: set[str] = set()
+    gathers = 0
+    for i, module in enumerate(trace):
+        for name, numel in module:
+            if numel > threshold and name not in available:
+                gathers += 1
+                available.add(name)
+        for name, numel in module:
+            later = following[i][name]
+            # released unless used again by a module that starts within `reuse` elements after this one
+            if later is None or before[later] - before[i + 1] >= reuse:
+                available.discard(name)
+    return gathers
+
+
+def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
+    stage3_seconds_per_fetch), plus, where the partitions span several ranks, its gathers (stage3_gathers x
+    stage3_seconds_per_gather; one rank skips them)."""
+    cal = calibration or load_calibration()
+    seconds = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch
+    if workload.world_size > 1:
+        seconds += stage3_gathers(spec, workload) * cal.stage3_seconds_per_gather
+    return seconds
 
 
 @lru_cache(maxsize=64)
@@ -839,7 +930,7 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     cal = calibration or load_calibration()
     accum = workload.gradient_accumulation_steps
     gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration)
-    fetches_s = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch if strategy.stage == 3 else 0.0
+    fetches_s = stage3_host_seconds(spec, workload, cal) if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
     launches_s = host_seconds(spec, strategy, workload, cal)
     stage3_s = accum * max(0.0, fetches_s - max(gpu_s, launches_s))
