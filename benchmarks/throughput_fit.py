@@ -154,7 +154,7 @@ def predict(c: Features, cal: Calibration) -> float:
     two agree on every committed case)."""
     fetches = c.fetches * cal.stage3_seconds_per_fetch + c.gathers * cal.stage3_seconds_per_gather
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
-    return (max(gpu_seconds(c, cal), host_seconds(c, cal), fetches) + optimizer + c.communication_s + c.pcie_s
+    return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + c.communication_s + c.pcie_s
             + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
 
 

@@ -145,7 +145,8 @@ def test_stage3_pays_host_time_per_fetch_hidden_by_long_micro_steps():
     small = dict(micro_batch_size=1, seq_len=128)
     s2, s3 = (estimate_step_time(many, STRATEGIES[n], GPU, work(**small)) for n in ("2", "3"))
     host = throughput.host_seconds(many, STRATEGIES["3"], work(**small))
-    assert s3.stage3_s == pytest.approx(1400 * throughput.STAGE3_SECONDS_PER_FETCH - max(s3.compute_s, host))
+    # the hooks add to the layers' launches on the host's one thread
+    assert s3.stage3_s == pytest.approx(host + 1400 * throughput.STAGE3_SECONDS_PER_FETCH - max(s3.compute_s, host))
     assert s3.step_s > s2.step_s
     large = dict(micro_batch_size=64, seq_len=4096)
     l2, l3 = (estimate_step_time(many, STRATEGIES[n], GPU, work(**large)) for n in ("2", "3"))

@@ -14,8 +14,9 @@ GPU is
                                                        gradient bucket it reduces, so the host cannot run ahead)
     micro_s = max(gpu_s, host_s)                      (stages 0-2: the GPU waits for the host where its work is
                                                        shorter, small micro-batches of small models)
-            = max(gpu_s, host_s, stage3_host_seconds)        (stage 3: the host-side hook work per fetch request,
-                                                       which the GPU hides when its work is longer; on several GPUs
+            = max(gpu_s, host_s + stage3_host_seconds)       (stage 3: the hooks' work per fetch request runs on the
+                                                       host's one Python thread with the layers' launches, and the
+                                                       GPU hides both where its work is longer; on several GPUs
                                                        plus each gather's: stage3_gathers x stage3_seconds_per_gather)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
@@ -72,8 +73,9 @@ class Calibration:
     pre/post-forward/backward module hooks, the partitioned-parameter coordinator's trace and prefetch
     bookkeeping, `__allgather_params` (a copy even on one GPU) and the release, and the gradient's
     reduce-scatter into its partition (deepspeed/runtime/zero/partitioned_param_coordinator.py, stage3.py,
-    parameter_offload.py). The GPU runs ahead of the host, so this only costs time where it is longer than
-    the micro-step's GPU work (small micro-batches). Host Python: it differs between machines."""
+    parameter_offload.py). It adds to the layers' own host time (host_seconds_per_layer: one Python thread runs
+    both), and the GPU runs ahead of the host, so it only costs time where the two are longer than the
+    micro-step's GPU work (small micro-batches). Host Python: it differs between machines."""
     stage2_seconds_per_reduction: float
     """FITTED: host seconds per gradient bucket ZeRO-2 reduces in backward (stage2_reductions). With overlap_comm
     (our stage-2 JSON) every reduction starts with a device-wide synchronize (stage_1_and_2.py
@@ -933,7 +935,8 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     fetches_s = stage3_host_seconds(spec, workload, cal) if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
     launches_s = host_seconds(spec, strategy, workload, cal)
-    stage3_s = accum * max(0.0, fetches_s - max(gpu_s, launches_s))
+    # the hooks run on the host's thread with the layers' launches: their sum against the GPU's work
+    stage3_s = accum * max(0.0, launches_s + fetches_s - max(gpu_s, launches_s))
     host_bound_s = accum * max(0.0, launches_s - gpu_s)
     optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
     communication_s = communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload)
