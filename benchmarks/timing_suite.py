@@ -39,6 +39,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-stage3-world-2xh100  host-bound ZeRO-3 (small micro-batches of GPT-2 medium, Mistral-7B 8 layers, Llama 3.2
                            1B, Qwen3-1.7B, Gemma 2 2B) on two H100s: the gather's host time per fetch
   i26-stage3-world-h100    the same cases on one GPU of that machine (--gpus 0), run right after
+  i26-stage3-gpt2-2xh100   GPT-2 medium's ZeRO-3 at 8 and 16 x 1,024 on two GPUs
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ SUITES = {
                    ("h100x2-i26-llama1b-2026-11-26.jsonl", "llama3.2-1b|0|bf16|mb9|s2048|nogc|g2|ga1|cap79.2|xs")],
     },
     "i26-stage3-world-h100": {"gpu": "H100", "settings": [], "steps": 10, "ladders": STAGE3_WORLD_LADDERS},
+    # GPT-2 medium's ZeRO-3 took 2.4 ms more per gather on two GPUs where the other families took 0.45-0.87: up its
+    # micro-batches on two GPUs, to see whether that extra is the host's (constant) or grows with the work
+    "i26-stage3-gpt2-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
+                               "ladders": [("gpt2-medium", 1024, "3", False, (8, 16))]},
 }
 
 
