@@ -38,6 +38,8 @@ def test_ranks_clusters_by_time_to_train_the_tokens(capsys):
         assert row["gpu_hours"] == pytest.approx(row["hours"] * world)
         assert row["cost"] is None  # no --price
     assert answer["tokens_per_second_error"]["median"] == load_calibration().median_error
+    several = answer["tokens_per_second_error"]["several_gpus"]
+    assert (several["median"], several["max"]) == load_calibration().stated_error(2)
 
 
 def test_each_row_is_the_clusters_own_best_plan(capsys):
@@ -56,6 +58,7 @@ def test_prices_add_the_cost_and_the_cheapest(narrow, capsys):
     assert rc == 0
     assert "cheapest:" in text and "fastest:" in text and "$/GPU-h" in text
     assert f"±{load_calibration().median_error:.0%}" in text
+    assert f"on several GPUs ±{load_calibration().stated_error(2)[0]:.0%}" in " ".join(text.split())
     assert max(len(line) for line in text.splitlines()) <= 100
     _, answer = _json(capsys, [*LLAMA, "--compare", "8xH100", "--price", "H100=2.5"])
     row = answer["clusters"][0]

@@ -126,3 +126,20 @@ def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
         return sum(abs(predict(f, result.for_case(f)) / f.measured_s - 1) for f in zero3) / len(zero3)
 
     assert error(both) < 0.8 * error(one_gpu)
+
+
+def test_plans_of_several_gpus_state_the_several_gpu_error(capsys):
+    from zero_planner.cli import main
+
+    computed = validate([c for c in measured_cases(4096, gpus=None) if not c.host_shared], quiet=True)
+    cal = load_calibration()
+    assert cal.several_gpus_median_error == pytest.approx(computed["several_gpus_out_of_family_median"], abs=0.005)
+    assert cal.several_gpus_max_error == pytest.approx(computed["several_gpus_out_of_family_max"], abs=0.005)
+    assert cal.stated_error(1) == (cal.median_error, cal.max_error)
+    assert cal.stated_error(2) == (cal.several_gpus_median_error, cal.several_gpus_max_error)
+    for gpus, (median, largest) in (("1xH100", cal.stated_error(1)), ("2xH100", cal.stated_error(2))):
+        assert main(["--model", "gpt2", "--gpus", gpus, "--seq-len", "512"]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"±{median:.0%} median error on architectures left out of its fit" in out
+        assert f"up to {largest:.0%}" in out
+        assert ("on several GPUs" in out) == (gpus == "2xH100")

@@ -455,7 +455,9 @@ def run_compare(args: argparse.Namespace) -> int:
             "schema_version": SCHEMA_VERSION, "model": {"name": args.model, "params": spec.num_params},
             "tokens": tokens, "seq_len": seq_len,
             "tokens_per_second_error": {"median": cal.median_error, "max": cal.max_error,
-                                        "what": "out of family: architectures left out of the fit"},
+                                        "what": "out of family: architectures left out of the fit",
+                                        "several_gpus": {"median": cal.several_gpus_median_error,
+                                                         "max": cal.several_gpus_max_error}},
             "clusters": [compare.row_json(row) for row in rows], "notes": notes,
         }, indent=2))  # fmt: skip
         return EXIT_FITS if fits else EXIT_NOTHING_FITS

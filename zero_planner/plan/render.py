@@ -349,8 +349,10 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         from zero_planner.plan.throughput import load_calibration
 
         cal = load_calibration()
-        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{cal.median_error:.0%} "
-            f"median error on architectures left out of its fit, up to {cal.max_error:.0%}; not a measurement)",
+        median, largest = cal.stated_error(world)
+        on = " on several GPUs" if world > 1 and cal.several_gpus_median_error else ""
+        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{median:.0%} "
+            f"median error on architectures left out of its fit{on}, up to {largest:.0%}; not a measurement)",
             hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
@@ -425,8 +427,10 @@ def print_comparison(console, rows, *, spec_name: str, spec, tokens: int, seq_le
     cal = load_calibration()
     title = (f"{tokens:,} tokens of {spec_name} ({spec.num_params / 1e9:.2f}B params), seq {seq_len}: "
              f"each cluster's best plan, fastest first")  # fmt: skip
+    several = (f"; on several GPUs ±{cal.several_gpus_median_error:.0%}, up to {cal.several_gpus_max_error:.0%}"
+               if cal.several_gpus_median_error else "")
     caption = (f"time = tokens / tokens/s of the step-time model, ±{cal.median_error:.0%} (median error on "
-               f"architectures left out of its fit, up to {cal.max_error:.0%}); measured on {cal.reference_gpu}, "
+               f"architectures left out of its fit, up to {cal.max_error:.0%}{several}); measured on {cal.reference_gpu}, "
                f"other GPUs scaled from their catalog peaks, communication between GPUs not calibrated. "
                f"best plan: ZeRO stage, checkpointing, micro-batch x accumulation. cost = GPU-hours x $/GPU-h "
                f"(--price).")  # fmt: skip

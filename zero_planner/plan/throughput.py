@@ -121,6 +121,16 @@ class Calibration:
     """Cases the errors are computed over (single GPU, alone on their host, >= 4096 tokens per micro-step)."""
     error_families: tuple[str, ...] = ()
     """The architecture families (config model_type) held out in turn."""
+    several_gpus_median_error: float = 0.0
+    """The same out-of-family median over the runs of several GPUs (communication and ZeRO-3's gathers in play)."""
+    several_gpus_max_error: float = 0.0
+
+    def stated_error(self, world_size: int = 1) -> tuple[float, float]:
+        """Returns the (median, largest) out-of-family error to state beside tokens/s of a job on `world_size`
+        GPUs: the one-GPU figures, or those of several GPUs where measured."""
+        if world_size > 1 and self.several_gpus_median_error:
+            return self.several_gpus_median_error, self.several_gpus_max_error
+        return self.median_error, self.max_error
 
     def with_cpu_adam(self, params_per_s: float, source: str = "measured") -> "Calibration":
         """Returns this calibration with the host's CPU Adam rate replaced (a measurement on this machine)."""
@@ -145,6 +155,8 @@ def load_calibration() -> Calibration:
         in_sample_max_error=error.get("in_sample_max", 0.0),
         error_cases=error.get("cases", 0),
         error_families=tuple(error.get("families", ())),
+        several_gpus_median_error=error.get("several_gpus_out_of_family_median", 0.0),
+        several_gpus_max_error=error.get("several_gpus_out_of_family_max", 0.0),
     )
     return Calibration(**values)
 
