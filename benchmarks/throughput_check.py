@@ -323,6 +323,37 @@ def several_gpus(min_tokens: int) -> list[float]:
     return plan_quality(cases)
 
 
+def user_configs() -> list[tuple[str, float, float, float]]:
+    """Prints and returns (case, measured s, predicted s with its own DeepSpeed JSON, predicted with ours) for the
+    committed runs of a DeepSpeed JSON other than ours (timing_suite.py's variants: not fitted, so out of sample):
+    the step-time model reads a user's ZeRO-2 bucket size and ZeRO-3 persistence threshold (`--ds-config`)."""
+    from zero_planner.plan.memory import ZeroBuffers
+
+    rows = [row for row in load_cases() if row["status"] == "ok" and row["case"].get("variant")
+            and not row.get("gpu_shared") and not shared_host(row)]  # fmt: skip
+    if not rows:
+        return []
+    print("\nanother DeepSpeed JSON than ours (not fitted): step seconds measured, predicted with the run's own JSON "
+          "(--ds-config), with ours")
+    out = []
+    for row in rows:
+        case = row["case"]
+        spec = spec_from_config(case["model_config"], case["model"])
+        workload = workload_of(row, spec)
+        gpu = find_gpu(row["provenance"]["gpu"].replace("NVIDIA ", "").split()[0])
+        strategy = STRATEGIES[case["strategy"]]
+        buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
+        measured = statistics.median(timed_steps(row))
+        own = estimate_step_time(spec, strategy, gpu, workload, buffers=buffers).step_s
+        ours = estimate_step_time(spec, strategy, gpu, workload).step_s
+        zero = {k: v for k, v in case["deepspeed_config"]["zero_optimization"].items() if k != "stage"}
+        print(f"  {row['id'][:64]:64s} {measured:6.3f}  {own:6.3f} ({own / measured - 1:+.0%})  {ours:6.3f} "
+              f"({ours / measured - 1:+.0%})  overlap_comm {buffers.overlap_comm}, reduce_bucket_size {buffers.reduce_bucket_size:.3g}")
+        out.append((row["id"], measured, own, ours))
+    print("  (ZeRO-2 without overlap_comm is not modelled: the bucket term assumes overlap_comm's synchronize per bucket)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
@@ -337,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     computed = validate([c for c in measured_cases(args.min_tokens, gpus=None) if not c.host_shared])
     plan_quality(cases)
     several_gpus(args.min_tokens)
+    user_configs()
     if args.min_tokens != STATED_MIN_TOKENS:
         print(f"\n(the stated error is over micro-steps of >= {STATED_MIN_TOKENS} tokens: not compared here)")
         return 0

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from zero_planner.hardware import find_gpu
 from zero_planner.models.spec import ModelSpec, load_model_spec, spec_from_config
 from zero_planner.plan import throughput
-from zero_planner.plan.memory import Workload
+from zero_planner.plan.memory import Workload, ZeroBuffers
 from zero_planner.plan.throughput import estimate_step_time
 from zero_planner.strategies import STRATEGIES
 
@@ -485,3 +485,27 @@ def test_deepspeed_gathers_across_ranks_only(tmp_path):
     fetched2, no_gather2 = _ds_gathers(tmp_path, config, world=2)
     assert fetched1 == fetched2 > 0
     assert no_gather1 >= fetched1 and no_gather2 == 0
+
+
+def test_a_users_zero2_buckets_reach_the_step_time(tmp_path, capsys):
+    """--ds-config: the step-time model counts ZeRO-2's reductions at the JSON's own reduce_bucket_size (a
+    host-bound micro-step: Llama 3.2 1B at 1 x 512 on an H100), where the memory already read it."""
+    from zero_planner.cli import main
+
+    speeds = {}
+    for bucket in (500_000_000, 200_000):
+        path = tmp_path / f"ds_{bucket}.json"
+        path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                                    "bf16": {"enabled": True},
+                                    "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": bucket}}))
+        main(["--model", "meta-llama/Llama-3.2-1B", "--gpus", "1xH100", "--seq-len", "512", "--ds-config", str(path), "--json"])
+        (candidate,) = json.loads(capsys.readouterr().out)["candidates"]
+        speeds[bucket] = candidate["tokens_per_second"]
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    few, many = (throughput.stage2_reductions(spec, work(seq_len=512), bucket=b) for b in (500_000_000, 200_000))
+    assert few < 10 < 100 < many
+    assert speeds[500_000_000] > 1.3 * speeds[200_000]
+    # our own JSON's buckets (hidden^2) when none is given
+    ours = estimate_step_time(spec, STRATEGIES["2"], find_gpu("H100"), work(seq_len=512))
+    buffers = ZeroBuffers.for_model(spec.hidden_size)
+    assert ours.step_s == estimate_step_time(spec, STRATEGIES["2"], find_gpu("H100"), work(seq_len=512), buffers=buffers).step_s

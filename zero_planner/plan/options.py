@@ -152,7 +152,7 @@ class Evaluator:
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
         return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
-                                  self.calibration)
+                                  self.calibration, self.buffers)
 
 
 def known_failure(method: str, strategy: Strategy) -> str | None:

@@ -41,7 +41,7 @@ from importlib import resources
 from zero_planner.hardware import GPU
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.dsconfig import STAGE3_MAX_REUSE_DISTANCE, bucket_sizes
-from zero_planner.plan.memory import Workload, sdpa_masked_layers, trainable_params, weight_bytes
+from zero_planner.plan.memory import Workload, ZeroBuffers, sdpa_masked_layers, trainable_params, weight_bytes
 from zero_planner.strategies import Strategy
 
 
@@ -735,14 +735,17 @@ def _trace_gathers(trace: tuple, threshold: int, reuse: int) -> int:
     return gathers
 
 
-def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None) -> float:
+def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None,
+                        buffers: ZeroBuffers | None = None) -> float:
     """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
     stage3_seconds_per_fetch), plus, where the partitions span several ranks, its gathers (stage3_gathers x
-    stage3_seconds_per_gather; one rank skips them)."""
+    stage3_seconds_per_gather; one rank skips them). `buffers`: a user's JSON's persistence threshold (ours
+    unless given)."""
     cal = calibration or load_calibration()
-    seconds = stage3_fetches(spec, workload) * cal.stage3_seconds_per_fetch
+    threshold = buffers.param_persistence_threshold if buffers else None
+    seconds = stage3_fetches(spec, workload, threshold) * cal.stage3_seconds_per_fetch
     if workload.world_size > 1:
-        seconds += stage3_gathers(spec, workload) * cal.stage3_seconds_per_gather
+        seconds += stage3_gathers(spec, workload, threshold) * cal.stage3_seconds_per_gather
     return seconds
 
 
@@ -760,13 +763,16 @@ def layer_passes(spec: ModelSpec, workload: Workload) -> float:
     return spec.num_layers * (4 / 3 if workload.gradient_checkpointing else 1.0)
 
 
-def host_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload, calibration: Calibration | None = None) -> float:
+def host_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload, calibration: Calibration | None = None,
+                 buffers: ZeroBuffers | None = None) -> float:
     """Returns the host's seconds of one micro-step at stages 0-2: layer passes x host_seconds_per_layer, plus
-    ZeRO-2's reductions x stage2_seconds_per_reduction."""
+    ZeRO-2's reductions x stage2_seconds_per_reduction (buckets of `buffers`' reduce_bucket_size: a user's JSON;
+    ours unless given)."""
     cal = calibration or load_calibration()
     seconds = layer_passes(spec, workload) * cal.host_seconds_per_layer
     if strategy.stage == 2:
-        seconds += stage2_reductions(spec, workload) * cal.stage2_seconds_per_reduction
+        bucket = buffers.reduce_bucket_size if buffers else None
+        seconds += stage2_reductions(spec, workload, bucket=bucket) * cal.stage2_seconds_per_reduction
     return seconds
 
 
@@ -933,20 +939,21 @@ def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: W
 
 
 def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
-                       calibration: Calibration | None = None) -> StepTime:
+                       calibration: Calibration | None = None, buffers: ZeroBuffers | None = None) -> StepTime:
     """Returns the estimated StepTime of one optimizer step of `workload` under `strategy` on `gpu`s.
 
     `workload.world_size` GPUs each run `gradient_accumulation_steps` micro-steps of `micro_batch_size` x
     `seq_len` tokens; compute is per GPU (data parallel), so more GPUs never slow it down. `calibration`
     None: the committed constants (load_calibration()), the GPU's own measured rates where the catalog has
-    them; given: its constants everywhere (a refit, or this host's CPU Adam rate).
+    them; given: its constants everywhere (a refit, or this host's CPU Adam rate). `buffers`: the ZeRO sizes of a
+    user's DeepSpeed JSON (ZeRO-2's bucket count, ZeRO-3's persistence threshold); ours unless given.
     """
     cal = calibration or load_calibration()
     accum = workload.gradient_accumulation_steps
     gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration)
-    fetches_s = stage3_host_seconds(spec, workload, cal) if strategy.stage == 3 else 0.0
+    fetches_s = stage3_host_seconds(spec, workload, cal, buffers) if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
-    launches_s = host_seconds(spec, strategy, workload, cal)
+    launches_s = host_seconds(spec, strategy, workload, cal, buffers)
     # the hooks run on the host's thread with the layers' launches: their sum against the GPU's work
     stage3_s = accum * max(0.0, launches_s + fetches_s - max(gpu_s, launches_s))
     host_bound_s = accum * max(0.0, launches_s - gpu_s)
