@@ -40,6 +40,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            1B, Qwen3-1.7B, Gemma 2 2B) on two H100s: the gather's host time per fetch
   i26-stage3-world-h100    the same cases on one GPU of that machine (--gpus 0), run right after
   i26-stage3-gpt2-2xh100   GPT-2 medium's ZeRO-3 at 8 and 16 x 1,024 on two GPUs
+  i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
+                           ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ STAGE3_WORLD_LADDERS = [("gpt2-medium", 1024, "3", False, (4,)), ("mistral-7b-8l
                         ("llama3.2-1b", 2048, "3", False, (2,)), ("qwen3-1.7b", 4096, "3", False, (1,)),
                         ("gemma2-2b", 1024, "3", False, (4,))]
 """Host-bound ZeRO-3 cases (model, seq, stage, checkpointing, micro-batches) run on one GPU and on two."""
+
+USER_ZERO2 = [("llama3.2-1b", 2048, (2, 8)), ("qwen3-1.7b", 4096, (1, 2)), ("gpt2-medium", 1024, (8,))]
+DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce_scatter": True,
+                    "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000}
+"""DeepSpeed 0.19.8's stage-2 settings where a JSON is silent (deepspeed/runtime/zero/config.py)."""
 
 SUITES = {
     "i26-moe-small-h100": {"gpu": "H100", "settings": [("mixtral-32e-top8", 2048)], "ladders": []},
@@ -158,6 +165,17 @@ SUITES = {
     "i26-stage3-world-h100": {"gpu": "H100", "settings": [], "steps": 10, "ladders": STAGE3_WORLD_LADDERS},
     # GPT-2 medium's ZeRO-3 took 2.4 ms more per gather on two GPUs where the other families took 0.45-0.87: up its
     # micro-batches on two GPUs, to see whether that extra is the host's (constant) or grows with the work
+    # a user's minimal stage-2 JSON leaves DeepSpeed's defaults: overlap_comm off, 5e8-element buckets. Stages 1 and
+    # 2 as ours write them and stage 2 at those defaults, host-bound and GPU-bound micro-batches of three families
+    "i26-user-zero2-h100": {
+        "gpu": "H100",
+        "settings": [],
+        "steps": 10,
+        "ladders": [(model, seq, stage, False, micros) for model, seq, micros in USER_ZERO2
+                    for stage in ("1", "2")],  # fmt: skip
+        "variants": [(model, seq, "2", False, micro, "ds-defaults", DS_DEFAULT_ZERO2)
+                     for model, seq, micros in USER_ZERO2 for micro in micros],  # fmt: skip
+    },
     "i26-stage3-gpt2-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
                                "ladders": [("gpt2-medium", 1024, "3", False, (8, 16))]},
 }
