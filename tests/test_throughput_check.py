@@ -48,10 +48,16 @@ def test_the_stated_error_is_todays(cases):
 
 
 def test_each_host_gets_its_own_cpu_adam_rate(cases):
-    result = fit([features(c) for c in cases])
+    from collections import Counter
+
+    rows = [features(c) for c in cases]
+    result = fit(rows)
     # The H200's lent host ran CPU Adam faster than the H100's (offload cases of Llama-3.2-3B, alone).
     assert result.host_cpu_adam["H200"] > 1.3 * result.host_cpu_adam["H100-SXM"]
-    assert result.calibration.cpu_adam_params_per_s_per_node == pytest.approx(result.host_cpu_adam["H100-SXM"], rel=1e-3)
+    # the fit's own rate is its reference host's: the H100 host most of the runs came from
+    hosts = Counter(r.host for r in rows if r.gpu == "H100-SXM" and r.world_size == 1)
+    reference = min(hosts, key=lambda h: (-hosts[h], h))
+    assert result.calibration.cpu_adam_params_per_s_per_node == pytest.approx(result.host_cpu_adam[reference], rel=1e-3)
 
 
 def test_a_rerun_with_more_steps_replaces_the_shorter_run(cases):
