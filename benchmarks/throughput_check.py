@@ -235,6 +235,21 @@ def family_errors(cases: list[MeasuredCase], base=None) -> tuple[list, list[floa
     return rows, [error(r, full) for r in rows], [error(r, fits[r.family]) for r in rows]
 
 
+def _family_table(indices: list[int], rows: list, in_sample: list[float], out: list[float], note: str = "") -> None:
+    """Prints, for the rows at `indices`, a line per family and one over all: in-sample and out-of-family median and
+    largest |error|, and the out-of-family range."""
+    def line(label: str, members: list[int], tail: str) -> None:
+        i_med, i_max = _stats([in_sample[i] for i in members])
+        o_med, o_max = _stats([out[i] for i in members])
+        print(f"  {label:10s} {len(members):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}{tail}")
+
+    for family in sorted({rows[i].family for i in indices}):
+        members = [i for i in indices if rows[i].family == family]
+        low, high = min(out[i] for i in members), max(out[i] for i in members)
+        line(family, members, f"  {low:+.0%} .. {high:+.0%}")
+    line("all", indices, note)
+
+
 def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> dict:
     """Returns (and prints unless quiet) the tokens/s error in sample and out of family (family_errors), per
     family and over all: the stated figures over the cases of one GPU, then the cases of several apart. The
@@ -243,35 +258,20 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     ZeRO-3 gather."""
     every, every_in, every_out = family_errors(cases, base)
     one = [i for i, r in enumerate(every) if r.world_size == 1]
-    rows, in_sample, out = [every[i] for i in one], [every_in[i] for i in one], [every_out[i] for i in one]
+    several = [i for i, r in enumerate(every) if r.world_size > 1]
+    rows = [every[i] for i in one]
     families = sorted({r.family for r in rows})
     if not quiet:
         print("\nhow it generalizes: tokens/s predicted / measured - 1, fitted on every case (in sample) and fitted "
               "without the case's architecture family (out of family)")
         print(f"  {'family':10s} {'n':>3s}  {'in-sample median':>16s} {'max':>5s}   {'out-of-family median':>20s} {'max':>5s}  range")
-        for family in families:
-            members = [i for i, r in enumerate(rows) if r.family == family]
-            i_med, i_max = _stats([in_sample[i] for i in members])
-            o_med, o_max = _stats([out[i] for i in members])
-            low, high = min(out[i] for i in members), max(out[i] for i in members)
-            print(f"  {family:10s} {len(members):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}  {low:+.0%} .. {high:+.0%}")
-    i_med, i_max = _stats(in_sample)
-    o_med, o_max = _stats(out)
-    if not quiet:
-        print(f"  {'all':10s} {len(rows):3d}  {i_med:16.1%} {i_max:5.0%}   {o_med:20.1%} {o_max:5.0%}"
-              f"   (targets out of family: median <= 10%, max <= 25%)")
-    several = [i for i, r in enumerate(every) if r.world_size > 1]
+        _family_table(one, every, every_in, every_out, "   (targets out of family: median <= 10%, max <= 25%)")
+        if several:
+            print("\n  several GPUs (the ZeRO-3 gather fitted on them, the rest on one GPU), the same way:")
+            _family_table(several, every, every_in, every_out)
+    i_med, i_max = _stats([every_in[i] for i in one])
+    o_med, o_max = _stats([every_out[i] for i in one])
     s_med, s_max = _stats([every_out[i] for i in several])
-    if not quiet and several:
-        print("\n  several GPUs (the ZeRO-3 gather fitted on them, the rest on one GPU), the same way:")
-        for family in sorted({every[i].family for i in several}):
-            members = [i for i in several if every[i].family == family]
-            i_med2, i_max2 = _stats([every_in[i] for i in members])
-            o_med2, o_max2 = _stats([every_out[i] for i in members])
-            low, high = min(every_out[i] for i in members), max(every_out[i] for i in members)
-            print(f"  {family:10s} {len(members):3d}  {i_med2:16.1%} {i_max2:5.0%}   {o_med2:20.1%} {o_max2:5.0%}  {low:+.0%} .. {high:+.0%}")
-        i_med2, i_max2 = _stats([every_in[i] for i in several])
-        print(f"  {'all':10s} {len(several):3d}  {i_med2:16.1%} {i_max2:5.0%}   {s_med:20.1%} {s_max:5.0%}")
     result = {"in_sample_median": round(i_med, 4), "in_sample_max": round(i_max, 4),
               "out_of_family_median": round(o_med, 4), "out_of_family_max": round(o_max, 4),
               "cases": len(rows), "families": families,
@@ -346,7 +346,6 @@ def user_configs() -> list[tuple[str, float, float, float]]:
         measured = statistics.median(timed_steps(row))
         own = estimate_step_time(spec, strategy, gpu, workload, buffers=buffers).step_s
         ours = estimate_step_time(spec, strategy, gpu, workload).step_s
-        zero = {k: v for k, v in case["deepspeed_config"]["zero_optimization"].items() if k != "stage"}
         print(f"  {row['id'][:64]:64s} {measured:6.3f}  {own:6.3f} ({own / measured - 1:+.0%})  {ours:6.3f} "
               f"({ours / measured - 1:+.0%})  overlap_comm {buffers.overlap_comm}, reduce_bucket_size {buffers.reduce_bucket_size:.3g}")
         out.append((row["id"], measured, own, ours))

@@ -321,13 +321,14 @@ def parameter_order(config: dict[str, Any]) -> list[int] | None:
     return order
 
 
-def forward_modules(config: dict[str, Any]) -> tuple[list, list, list] | None:
-    """Returns the modules that hold parameters, as (head, layer, tail): each a list of (module path, ((parameter
-    name, numel), ...)) in registration order, which is the order one forward runs the weight matrices (norms, too
-    small to be fetched, may run earlier). `head` is the embedding (and learned positions), `layer` one decoder
-    layer (paths relative to it), `tail` the final norm and the lm_head, whose parameter is the embedding's where
-    tied. None where the config is not covered. ZeRO-3's coordinator fetches and releases parameters module by
-    module in this order (throughput.stage3_fetches)."""
+def forward_modules(config: dict[str, Any]) -> tuple[list, list, list, int] | None:
+    """Returns the modules that hold parameters, as (head, layer, tail, layers): the first three each a list of
+    (module path, ((parameter name, numel), ...)) in registration order, which is the order one forward runs the
+    weight matrices (norms, too small to be fetched, may run earlier). `head` is the embedding (and learned
+    positions), `layer` one decoder layer (paths relative to it), `tail` the final norm and the lm_head, whose
+    parameter is the embedding's where tied; `layers` the number of decoder layers. None where the config is not
+    covered. ZeRO-3's coordinator fetches and releases parameters module by module in this order
+    (throughput.stage3_gathers)."""
     c = _resolved(config)
     if c is None:
         return None
@@ -343,7 +344,7 @@ def forward_modules(config: dict[str, Any]) -> tuple[list, list, list] | None:
     head = [(m.embed, ((embed, c["vocab_size"] * c["hidden_size"]),))] + grouped(m.pre)
     lm_head = embed if c["tie_word_embeddings"] else "lm_head.weight"
     tail = grouped(m.post) + [("lm_head", ((lm_head, c["vocab_size"] * c["hidden_size"]),))]
-    return head, grouped(m.layer), tail
+    return head, grouped(m.layer), tail, c["num_hidden_layers"]
 
 
 def _signature(config: dict[str, Any]) -> tuple | None:

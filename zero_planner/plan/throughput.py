@@ -684,19 +684,22 @@ def stage3_trace(spec: ModelSpec, gradient_checkpointing: bool) -> tuple[tuple[t
     """Returns the modules one micro-step runs, in order, each as its ((parameter, numel), ...): the forward, then
     the backward in reverse, each checkpointed decoder layer's forward again just before its backward. None where
     models.analytic does not cover the family."""
-    return _stage3_trace(json.dumps(spec.config, sort_keys=True, default=str), gradient_checkpointing)
+    return _stage3_trace(_config_key(spec), gradient_checkpointing)
+
+
+def _config_key(spec: ModelSpec) -> str:
+    """Returns the model's config as canonical JSON: the cache key of what is derived from it (ModelSpec holds a dict)."""
+    return json.dumps(spec.config, sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=64)
 def _stage3_trace(config_json: str, gradient_checkpointing: bool) -> tuple | None:
     from zero_planner.models.analytic import forward_modules
 
-    config = json.loads(config_json)
-    modules = forward_modules(config)
+    modules = forward_modules(json.loads(config_json))
     if modules is None:
         return None
-    head, layer, tail = modules
-    layers = config.get("num_hidden_layers") or config.get("n_layer")
+    head, layer, tail, layers = modules
     per_layer = [[tuple((f"{i}.{name}", numel) for name, numel in params) for _, params in layer] for i in range(layers)]
     head_, tail_ = [params for _, params in head], [params for _, params in tail]
     forward = head_ + [m for block in per_layer for m in block] + tail_
@@ -789,7 +792,7 @@ def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = 
     bucket = bucket_sizes(spec.hidden_size)["reduce_bucket_size"] if bucket is None else bucket
     if workload.method != "full":
         return max(1, -(-trainable_params(spec, workload) // bucket))
-    order = _parameter_order(json.dumps(spec.config, sort_keys=True, default=str)) if spec.config else None
+    order = _parameter_order(_config_key(spec)) if spec.config else None
     if order is None:
         return sum(count for numel, count in spec.tensor_sizes if numel > 10 * spec.hidden_size)
     reductions, elements = 0, 0
