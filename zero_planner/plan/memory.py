@@ -595,7 +595,11 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
         # to Adam: (2 + 2 + 4) P / n. In fp32 runs the partition is already fp32: the flattened copy alone,
         # 4 P / n (measured 1.9 GiB on Qwen2.5-0.5B, H100).
         step_transient = (w + w + 4) * P // n if mixed else w * P // n
-        partition_at_activation_peak = bool(untied_head)
+        # Not ZeRO-1 without overlap_comm: its backward hooks reduce nothing (stage_1_and_2.py process_gradients
+        # acts only with partition_gradients or overlap_comm), so no partition is allocated while activations
+        # live. Counting it there over-predicted Mistral-7B's first 8 layers at ZeRO-1 by +4.3% (H100, 2 x
+        # 4,096, 43.46 GiB where 41.67 was measured; ZeRO-2 43.04) and +3.3% on 4 H200s; without it both are exact.
+        partition_at_activation_peak = bool(untied_head) and (stage == 2 or buffers.overlap_comm)
         # ZeRO-1 reduces gradients only at the accumulation boundary (engine.py allreduce_gradients): between
         # micro-steps each rank keeps every gradient whole. ZeRO-2 reduces in every backward and keeps its partition.
         # (Read from the code; no ZeRO-1 accumulation case was measured.)
