@@ -289,13 +289,18 @@ def check_stated(computed: dict) -> bool:
     cal = load_calibration()
     stored = {"out_of_family_median": cal.median_error, "out_of_family_max": cal.max_error,
               "in_sample_median": cal.in_sample_median_error, "in_sample_max": cal.in_sample_max_error}  # fmt: skip
+    if "several_gpus_out_of_family_median" in computed:  # stated beside tokens/s of plans for several GPUs
+        stored.update(several_gpus_out_of_family_median=cal.several_gpus_median_error,
+                      several_gpus_out_of_family_max=cal.several_gpus_max_error)  # fmt: skip
     stale = {k: (v, computed[k]) for k, v in stored.items() if abs(v - computed[k]) > STATED_ERROR_TOLERANCE}
     if stale:
         print("\nstale: catalog/step_time.json states " + ", ".join(f"{k} {a:.1%} (computed {b:.1%})" for k, (a, b) in stale.items())
               + "; run python benchmarks/throughput_fit.py --write")
         return False
+    several = (f"; several GPUs median {cal.several_gpus_median_error:.1%}, max {cal.several_gpus_max_error:.1%}"
+               if "several_gpus_out_of_family_median" in computed else "")
     print(f"\nstated error (catalog/step_time.json, shown beside tokens/s): median {cal.median_error:.1%}, "
-          f"max {cal.max_error:.1%} out of family: matches")  # fmt: skip
+          f"max {cal.max_error:.1%} out of family{several}: matches")  # fmt: skip
     return True
 
 

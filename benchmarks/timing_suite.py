@@ -139,6 +139,9 @@ SUITES = {
     },
     # every fitting candidate of a third family on two GPUs (out of sample: the constants are fitted on one GPU)
     "i26-qwen3-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("qwen3-1.7b", 2048)], "ladders": [], "steps": 8},
+    # the two-GPU sweeps' settings on four GPUs of one host: the world size the several-GPU figures had not seen
+    "i26-qwen3-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("qwen3-1.7b", 2048)], "ladders": [], "steps": 8},
+    "i26-llama1b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("llama3.2-1b", 2048)], "ladders": [], "steps": 8},
     "i26-stage2-ladder-2xh100": {
         "gpu": "H100",
         "num_gpus": 2,

@@ -72,7 +72,7 @@ def test_the_fit_sees_one_gpu_and_no_diagnostic_variant(cases):
     assert {c.workload.world_size for c in cases} == {1}
     assert not [c for c in cases if c.row["case"].get("variant")]
     everything = measured_cases(4096, gpus=None)
-    assert {c.workload.world_size for c in everything} == {1, 2}
+    assert {c.workload.world_size for c in everything} == {1, 2, 4}
 
 
 def test_tokens_per_second_on_several_gpus_counts_every_gpu():
@@ -161,3 +161,16 @@ def test_a_runs_own_deepspeed_json_predicts_it(capsys):
     assert own < ours
     assert abs(own / measured - 1) < 0.1
     assert "not modelled" in capsys.readouterr().out  # overlap_comm off is said, not guessed
+
+
+def test_the_check_flags_a_stale_several_gpu_error(capsys):
+    from benchmarks.throughput_check import check_stated
+
+    cal = load_calibration()
+    computed = {"out_of_family_median": cal.median_error, "out_of_family_max": cal.max_error,
+                "in_sample_median": cal.in_sample_median_error, "in_sample_max": cal.in_sample_max_error,
+                "several_gpus_out_of_family_median": cal.several_gpus_median_error,
+                "several_gpus_out_of_family_max": cal.several_gpus_max_error}  # fmt: skip
+    assert check_stated(computed)
+    assert check_stated(dict(computed, several_gpus_out_of_family_max=cal.several_gpus_max_error + 0.02)) is False
+    assert "several_gpus_out_of_family_max" in capsys.readouterr().out
