@@ -255,7 +255,7 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     family and over all: the stated figures over the cases of one GPU, then the cases of several apart. The
     reference GPU's cases fit the GPU constants; other GPUs' cases are only predicted (their hosts' CPU Adam
     rates are fitted on their own offload cases, held-out family excluded); cases of several GPUs fit only the
-    ZeRO-3 gather."""
+    ZeRO-3 gather, and the CPU Adam rate of a host seen only in them."""
     every, every_in, every_out = family_errors(cases, base)
     one = [i for i, r in enumerate(every) if r.world_size == 1]
     several = [i for i, r in enumerate(every) if r.world_size > 1]
@@ -267,7 +267,8 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
         print(f"  {'family':10s} {'n':>3s}  {'in-sample median':>16s} {'max':>5s}   {'out-of-family median':>20s} {'max':>5s}  range")
         _family_table(one, every, every_in, every_out, "   (targets out of family: median <= 10%, max <= 25%)")
         if several:
-            print("\n  several GPUs (the ZeRO-3 gather fitted on them, the rest on one GPU), the same way:")
+            print("\n  several GPUs (the ZeRO-3 gather and their hosts' CPU Adam fitted on them, the rest on one GPU), "
+                  "the same way:")
             _family_table(several, every, every_in, every_out)
     i_med, i_max = _stats([every_in[i] for i in one])
     o_med, o_max = _stats([every_out[i] for i in one])

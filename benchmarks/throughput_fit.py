@@ -324,6 +324,14 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
         cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
     # ZeRO-3's gather on several GPUs, the one-GPU terms (and each host's per-fetch time) fixed
     cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2))
+    # A host seen only in runs of several GPUs (the lent 2- and 4-GPU machines) gets its CPU Adam rate from those
+    # runs' offload cases, as every one-GPU host does from its own: the optimizer step is the node's CPU Adam
+    # (Llama 3.2 1B's took 0.38-0.41 s on two GPUs and on four, 2026-11-26), a property of the host that
+    # `--gpus auto` measures where the plan is made (plan/host_rates.py).
+    for host in sorted({c.host for c in several} - set(rates)):
+        rate = fit_cpu_adam([c for c in several if c.host == host and "offload" in c.strategy], cal)
+        if rate:
+            rates[host] = rate
     return Fit(cal, rates, stage3, stage2)
 
 

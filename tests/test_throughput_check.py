@@ -60,6 +60,24 @@ def test_each_host_gets_its_own_cpu_adam_rate(cases):
     assert result.calibration.cpu_adam_params_per_s_per_node == pytest.approx(result.host_cpu_adam[reference], rel=1e-3)
 
 
+def test_a_host_of_several_gpus_gets_its_cpu_adam_rate_from_its_offload_runs():
+    rows = [features(c) for c in measured_cases(4096, gpus=None)]
+    result = fit(rows)
+    several_hosts = {r.host for r in rows if r.world_size > 1 and "offload" in r.strategy}
+    assert several_hosts and several_hosts <= set(result.host_cpu_adam)
+    # the catalog's rate stays the reference host's, fitted on one GPU
+    assert result.calibration.cpu_adam_params_per_s_per_node == fit([r for r in rows if r.world_size == 1]) \
+        .calibration.cpu_adam_params_per_s_per_node
+    # with its host's rate the offload runs of several GPUs are predicted closer than at the catalog's (in sample:
+    # mean |error| of step time 8.4% where 9.2%)
+    offload = [r for r in rows if r.world_size > 1 and "offload" in r.strategy]
+
+    def error(calibration_of) -> float:
+        return sum(abs(predict(r, calibration_of(r)) / r.measured_s - 1) for r in offload) / len(offload)
+
+    assert error(result.for_case) < error(lambda r: result.calibration) - 0.005
+
+
 def test_a_rerun_with_more_steps_replaces_the_shorter_run(cases):
     # Llama 3.2 3B at 2 x 2048 (stages 1 and 2) ran 3 timed steps on 2026-11-23 and 15 on two machines on
     # 2026-11-26 (benchmarks/suites/i26-rerun-3b-h100.jsonl): only the longer runs are measured cases.
