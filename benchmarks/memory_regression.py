@@ -339,10 +339,12 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
                     known_lines.append(f"  {message}: {known}")
                 else:
                     failures.append(message)
+        # the host model is per node: a run of several ranks is compared with their sum (phase_case.rank_phases)
+        host_key = "node_host_rss_peak_bytes" if case["num_gpus"] > 1 else "host_rss_peak_bytes"
         for phase, predicted in est.host_phase_peaks.items():
             figures = rank.get("phases", {}).get(phase)
-            if figures and figures.get("host_rss_peak_bytes"):
-                measured = figures["host_rss_peak_bytes"]
+            if figures and figures.get(host_key):
+                measured = figures[host_key]
                 error = (predicted - measured) / measured
                 host_errors.append(error)
                 if abs(error) > HOST_LIMIT and abs(predicted - measured) > HOST_SLACK_BYTES:

@@ -57,11 +57,28 @@ def read_run(output_dir: Path, rc: int) -> dict:
     if report_path.exists():
         report = json.loads(report_path.read_text())
         busiest = max(report["ranks"], key=lambda r: r.get("peak_allocated_bytes") or 0)
-        run.update(phases=busiest.get("phases", {}), step_peak_allocated_bytes=busiest.get("step_peak_allocated_bytes"),
+        run.update(phases=rank_phases(report["ranks"]), step_peak_allocated_bytes=busiest.get("step_peak_allocated_bytes"),
                    peak_allocated_bytes=busiest.get("peak_allocated_bytes"), host_rss_bytes=busiest.get("host_rss_bytes"),
                    step_times_s=report.get("step_times_s"), losses=report.get("losses"),
                    tokens_per_second=report.get("tokens_per_second"), versions=report.get("versions"))  # fmt: skip
     return run
+
+
+def rank_phases(ranks: list[dict]) -> dict[str, dict]:
+    """Returns each phase's figures over the ranks: the busiest rank's GPU figures in that phase (rank 0 consolidates
+    an export, another rank may peak in training), and with several ranks `node_host_rss_peak_bytes`, the sum of the
+    first node's ranks' host peaks in the phase (an upper bound of the node's: the ranks peak about together), which
+    is what the host model predicts per node."""
+    phases: dict[str, dict] = {}
+    for rank in ranks:
+        for name, figures in (rank.get("phases") or {}).items():
+            kept = phases.setdefault(name, {})
+            for key, value in figures.items():
+                if isinstance(value, (int, float)) and key != "error_pct":
+                    kept[key] = max(kept.get(key) or 0, value)
+            if len(ranks) > 1 and rank.get("node", 0) == 0 and figures.get("host_rss_peak_bytes"):
+                kept["node_host_rss_peak_bytes"] = kept.get("node_host_rss_peak_bytes", 0) + figures["host_rss_peak_bytes"]
+    return phases
 
 
 def main() -> None:

@@ -9,12 +9,13 @@ transformers answering for that card), several per GPU.
 
     python benchmarks/phases.py --out suite.jsonl SETTING [SETTING ...]
 
-A SETTING is `model:gpu:seq[:key=value,...]`, keys: method (full|lora|qlora), precision, stage (one strategy,
+A SETTING is `model:gpu:seq[:key=value,...]`, keys: gpus (GPUs of one node, 1 unless given), method
+(full|lora|qlora), precision, stage (one strategy,
 or `fits` for every candidate the planner calls fitting, the default), gc (on|off|auto), mb (micro-batch, or
 `pick`/`next`: the planner's pick or one above it), task, steps, resume (0|1), lora_r, save_steps (0: no checkpoint),
 cpu_mem, chosen (1: only the planner's choice), ds (a DeepSpeed JSON under benchmarks/user_configs/ or a path,
 estimated with --ds-config at micro-batch mb: a user's JSON as written).
-Examples:  qwen2.5-0.5b:H100:1024:stage=fits   llama3.2-3b:T4:1024:method=lora,mb=pick
+Examples:  qwen2.5-0.5b:H100:1024:stage=fits   llama3.2-3b:T4:1024:method=lora,mb=pick   llama3.2-1b:RTX4090:1024:gpus=2
 """
 
 from __future__ import annotations
@@ -57,8 +58,13 @@ def parse_setting(text: str) -> dict:
     return {"model": model, "gpu": gpu, "seq": int(seq), **options}
 
 
+def gpus_of(s: dict) -> str:
+    """Returns the setting's --gpus value: `gpus` GPUs of its type on one node (1 unless given)."""
+    return f"{int(s.get('gpus', 1))}x{s['gpu']}"
+
+
 def base_argv(s: dict, work_root: str) -> list[str]:
-    argv = ["--model", str(CONFIGS / f"{s['model']}.json"), "--gpus", f"1x{s['gpu']}", "--seq-len", str(s["seq"]),
+    argv = ["--model", str(CONFIGS / f"{s['model']}.json"), "--gpus", gpus_of(s), "--seq-len", str(s["seq"]),
             "--init", "random", "--tokenizer", "bytes", "--eval-split", "0.05", "--save-steps", s.get("save_steps", "1000"),
             "--method", s.get("method", "full"), "--task", s.get("task", "causal-lm"),
 ]  # fmt: skip
@@ -148,7 +154,8 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
           tag: str) -> dict:
     """Returns one harness case (kind zero-run) for `plan`."""
     name = plan["strategy"]["name"]
-    cluster = parse_gpus(f"1x{s['gpu']}", 128 * GiB)
+    cluster = parse_gpus(gpus_of(s), 128 * GiB)
+    num_gpus = cluster.gpus_per_node * cluster.nodes
     capacity = cluster.gpu.memory_bytes
     emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
     t, est = plan["training"], plan["estimate"]
@@ -159,11 +166,12 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
                           checkpoints=t.get("save_every", 25) > 0)  # fmt: skip
     if method == "qlora" and plan["model"].get("init") == "random":
         disk += 2 * plan["model"]["params"]  # the random 16-bit base QLoRA quantises from (run/preflight.py)
+    where = s["gpu"] if num_gpus == 1 else f"{num_gpus}x{s['gpu']}"  # one GPU: the ids committed before `gpus`
     case = {
         "kind": "zero-run",
-        "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{s['gpu']}|{tag}",
+        "id": f"{s['model']}|{name}|{t['precision']}|{method}|mb{micro}|s{s['seq']}|{'gc' if gc else 'nogc'}|{where}|{tag}",
         "model": s["model"], "strategy": name, "precision": t["precision"], "method": method, "task": t["task"],
-        "micro_batch_size": micro, "seq_len": s["seq"], "gradient_checkpointing": gc, "num_gpus": 1,
+        "micro_batch_size": micro, "seq_len": s["seq"], "gradient_checkpointing": gc, "num_gpus": num_gpus,
         "gradient_accumulation_steps": t["gradient_accumulation_steps"],
         "model_config": plan["model"]["config"], "deepspeed_config": plan["deepspeed_config"],
         "plan": plan, "max_steps": int(s.get("steps", 3)), "resume": s.get("resume", "1") == "1",

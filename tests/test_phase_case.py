@@ -1,0 +1,38 @@
+"""The phases suite's case runner and generator (benchmarks/phase_case.py, benchmarks/phases.py): what a whole
+zero-run of several ranks is compared on."""
+
+from __future__ import annotations
+
+from benchmarks.phase_case import rank_phases
+from benchmarks.phases import parse_setting, setting_cases
+
+GIB = 2**30
+
+
+def test_each_phase_takes_its_busiest_rank_and_the_node_sums_its_ranks_host():
+    ranks = [
+        {"rank": 0, "node": 0, "phases": {"train": {"peak_allocated_bytes": 10 * GIB, "host_rss_peak_bytes": 3 * GIB},
+                                          "export": {"peak_allocated_bytes": 12 * GIB, "host_rss_peak_bytes": 5 * GIB,
+                                                     "error_pct": 1.0}}},
+        {"rank": 1, "node": 0, "phases": {"train": {"peak_allocated_bytes": 11 * GIB, "host_rss_peak_bytes": 2 * GIB},
+                                          "export": {"peak_allocated_bytes": 4 * GIB, "host_rss_peak_bytes": 2 * GIB}}},
+    ]  # fmt: skip
+    phases = rank_phases(ranks)
+    assert phases["train"]["peak_allocated_bytes"] == 11 * GIB  # rank 1 peaks in training
+    assert phases["export"]["peak_allocated_bytes"] == 12 * GIB  # rank 0 consolidates the export
+    assert phases["train"]["node_host_rss_peak_bytes"] == 5 * GIB
+    assert phases["export"]["node_host_rss_peak_bytes"] == 7 * GIB
+    assert "error_pct" not in phases["export"]
+    one = rank_phases(ranks[:1])
+    assert one["train"] == {"peak_allocated_bytes": 10 * GIB, "host_rss_peak_bytes": 3 * GIB}
+
+
+def test_a_setting_of_several_gpus_plans_and_names_them(tmp_path):
+    two = setting_cases(parse_setting("llama3.2-1b:RTX4090:1024:gpus=2,stage=3,gc=off"), harness_gpu="H100",
+                        work_root=str(tmp_path))  # fmt: skip
+    assert len(two) == 1 and two[0]["num_gpus"] == 2
+    assert two[0]["id"] == "llama3.2-1b|3|bf16|full|mb3|s1024|nogc|2xRTX4090|pick"
+    assert two[0]["plan"]["hardware"]["gpus_per_node"] == 2
+    one = setting_cases(parse_setting("llama3.2-1b:RTX4090:1024:stage=3-offload,gc=on"), harness_gpu="H100",
+                        work_root=str(tmp_path))  # fmt: skip
+    assert one[0]["num_gpus"] == 1 and one[0]["id"].endswith("|gc|RTX4090|pick")  # the committed ids, unchanged
