@@ -532,8 +532,8 @@ class ModelStates:
     head_after_loss_bytes: int
     """An untied LM head's gradient while an offloaded optimizer takes it to the CPU (offloaded_head_bytes)."""
     partition_at_activation_peak: bool
-    """Stages 1-2 on the GPU with an untied head: its gradient, the first of backward, allocates the contiguous
-    gradient partition while every activation is still alive."""
+    """ZeRO-2 on the GPU (ZeRO-1 only with overlap_comm) with an untied head: its gradient, the first of backward,
+    allocates the contiguous gradient partition while every activation is still alive."""
     backward_end_bytes: int = 0
     """Stage 1 without overlap_comm: every gradient, held whole until backward ends (and a tied embedding's last
     accumulation), on top of the resident states; 0 where gradients are reduced as backward makes them."""
@@ -571,8 +571,8 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
     gathered = 0
     head_after_loss = 0
     backward_end = 0
-    # Stages 1/2 on the GPU: the lm_head gradient is the first one produced, so the contiguous gradient
-    # partition (2P/n) is allocated while every activation is still alive.
+    # ZeRO-2 on the GPU (and ZeRO-1 with overlap_comm): the lm_head gradient is the first one produced, so the
+    # contiguous gradient partition (2P/n) is allocated while every activation is still alive.
     partition_at_activation_peak = False
     if stage == 0:
         params = W
