@@ -323,7 +323,8 @@ def several_gpus(min_tokens: int) -> list[float]:
     if not cases:
         return []
     print(f"\nseveral GPUs, each case alone on its machine, with the committed constants (all fitted on one GPU but the "
-          f"ZeRO-3 gather's time per fetch; out-of-family figures above)")
+          f"ZeRO-3 gather's time per fetch; the H100 host's CPU Adam rate on every host, as zero-plan without --gpus "
+          f"auto; out-of-family figures above, each host at its own rate)")
     case_table(cases)
     error_table(cases, "predicted / measured tokens/s - 1 on several GPUs, per strategy")
     return plan_quality(cases)
