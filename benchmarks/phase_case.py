@@ -64,6 +64,15 @@ def read_run(output_dir: Path, rc: int) -> dict:
     return run
 
 
+def keep_largest(kept: dict, figures: dict) -> dict:
+    """Returns `kept` with each numeric figure of `figures` (the error percentage apart) raised to the larger of the
+    two: one phase's peaks over ranks or over runs."""
+    for key, value in figures.items():
+        if isinstance(value, (int, float)) and key != "error_pct":
+            kept[key] = max(kept.get(key) or 0, value)
+    return kept
+
+
 def rank_phases(ranks: list[dict]) -> dict[str, dict]:
     """Returns each phase's figures over the ranks: the busiest rank's GPU figures in that phase (rank 0 consolidates
     an export, another rank may peak in training), and with several ranks `node_host_rss_peak_bytes`, the sum of the
@@ -72,10 +81,7 @@ def rank_phases(ranks: list[dict]) -> dict[str, dict]:
     phases: dict[str, dict] = {}
     for rank in ranks:
         for name, figures in (rank.get("phases") or {}).items():
-            kept = phases.setdefault(name, {})
-            for key, value in figures.items():
-                if isinstance(value, (int, float)) and key != "error_pct":
-                    kept[key] = max(kept.get(key) or 0, value)
+            kept = keep_largest(phases.setdefault(name, {}), figures)
             if len(ranks) > 1 and rank.get("node", 0) == 0 and figures.get("host_rss_peak_bytes"):
                 kept["node_host_rss_peak_bytes"] = kept.get("node_host_rss_peak_bytes", 0) + figures["host_rss_peak_bytes"]
     return phases
@@ -125,10 +131,7 @@ def main() -> None:
     phases: dict[str, dict] = {}
     for run in record["runs"].values():  # the largest figure of each phase over both runs
         for name, figures in (run.get("phases") or {}).items():
-            kept = phases.setdefault(name, {})
-            for key, value in figures.items():
-                if isinstance(value, (int, float)) and key != "error_pct":
-                    kept[key] = max(kept.get(key) or 0, value)
+            keep_largest(phases.setdefault(name, {}), figures)
     record["phases"] = phases
     record["peak_allocated_bytes"] = max((p.get("peak_allocated_bytes") or 0 for p in phases.values()), default=None)
     record["peak_reserved_bytes"] = max((p.get("peak_reserved_bytes") or 0 for p in phases.values()), default=None)

@@ -155,7 +155,7 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
     """Returns one harness case (kind zero-run) for `plan`."""
     name = plan["strategy"]["name"]
     cluster = parse_gpus(gpus_of(s), 128 * GiB)
-    num_gpus = cluster.gpus_per_node * cluster.nodes
+    num_gpus = cluster.world_size
     capacity = cluster.gpu.memory_bytes
     emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
     t, est = plan["training"], plan["estimate"]

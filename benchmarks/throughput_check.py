@@ -290,7 +290,8 @@ def check_stated(computed: dict) -> bool:
     cal = load_calibration()
     stored = {"out_of_family_median": cal.median_error, "out_of_family_max": cal.max_error,
               "in_sample_median": cal.in_sample_median_error, "in_sample_max": cal.in_sample_max_error}  # fmt: skip
-    if "several_gpus_out_of_family_median" in computed:  # stated beside tokens/s of plans for several GPUs
+    several_gpus = "several_gpus_out_of_family_median" in computed  # stated beside tokens/s of plans for several GPUs
+    if several_gpus:
         stored.update(several_gpus_out_of_family_median=cal.several_gpus_median_error,
                       several_gpus_out_of_family_max=cal.several_gpus_max_error)  # fmt: skip
     stale = {k: (v, computed[k]) for k, v in stored.items() if abs(v - computed[k]) > STATED_ERROR_TOLERANCE}
@@ -299,7 +300,7 @@ def check_stated(computed: dict) -> bool:
               + "; run python benchmarks/throughput_fit.py --write")
         return False
     several = (f"; several GPUs median {cal.several_gpus_median_error:.1%}, max {cal.several_gpus_max_error:.1%}"
-               if "several_gpus_out_of_family_median" in computed else "")
+               if several_gpus else "")
     print(f"\nstated error (catalog/step_time.json, shown beside tokens/s): median {cal.median_error:.1%}, "
           f"max {cal.max_error:.1%} out of family{several}: matches")  # fmt: skip
     return True
