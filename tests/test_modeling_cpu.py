@@ -118,3 +118,40 @@ def test_kbit_preparation_keeps_the_training_dtype_and_deepspeed_would_cast_back
     assert ours.is_gradient_checkpointing
     embeddings = ours.get_input_embeddings()(torch.tensor([[1, 2, 3]]))
     assert embeddings.requires_grad  # the non-reentrant checkpoint's input, as peft's hook makes it
+
+
+def test_eval_builds_no_kv_cache():
+    """zero-run's eval computes a loss only: a causal LM in eval mode would otherwise keep every layer's keys and
+    values in a cache for generation (memory the model does not count, measured on GPU as eval's excess on every
+    run without checkpointing). The same forward without use_cache=False does build one, so this can fail."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from datasets import Dataset
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from zero_planner.run.train import Ranks, evaluate
+
+    config = AutoConfig.for_model(**json.loads((ROOT / "benchmarks/model_configs/llama-tiny.json").read_text()))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    caches = []
+    model.register_forward_hook(lambda module, args, output: caches.append(output.past_key_values))
+    blocks = Dataset.from_dict({"input_ids": [[(7 * i + j) % config.vocab_size for j in range(32)] for i in range(3)]})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        ranks = Ranks.__new__(Ranks)  # one rank's facts, without deepspeed.init_distributed
+        ranks.dist, ranks.rank, ranks.world_size, ranks.device = dist, 0, 1, torch.device("cpu")
+        loss = evaluate(model, blocks, ranks, micro=2)
+    finally:
+        dist.destroy_process_group()
+    assert math.isfinite(loss) and model.training  # evaluated, then back to training mode
+    assert caches and all(cache is None for cache in caches)
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=torch.tensor(blocks[[0]]["input_ids"]), labels=torch.tensor(blocks[[0]]["input_ids"]))
+    assert caches[-1] is not None  # what the eval forward did before use_cache=False
