@@ -419,6 +419,41 @@ def test_host_phases_resume_reads_the_checkpoint_whole():
     assert stage1.host_phase_peaks["resume"] == 2 * (RSS_AT_ZERO3_INIT_BYTES + max(2 * P, 12 * P // 2))
     assert stage0.cpu_total_bytes == max(stage0.host_phase_peaks.values())
 
+def test_stage2_offload_host_terms_by_hand():
+    """ZeRO-2 with the optimizer offloaded, one rank of four, term by term: the pinned master, 16-bit and
+    gradient partitions, Adam's moments, and the pinned staging buffer of the largest trainable tensor
+    (temp_grad_buffer_for_cpu_offload): every 2-offload case measured it above the model before it was counted
+    (Gemma 2 2B -1.9 GiB: pinned(2 x its 590M-element embedding) = 2 GiB)."""
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES, RSS_AT_ZERO3_INIT_BYTES, pinned_bytes
+
+    spec = synthetic_spec()
+    est = estimate_memory(spec, STRATEGIES["2-offload"], workload(4), gpu_name="H100")
+    Pn = P // 4
+    states = 2 * pinned_bytes(4 * Pn) + pinned_bytes(2 * Pn) + 8 * Pn + pinned_bytes(2 * 50_000_000)
+    assert est.cpu_training_bytes == 4 * (PROCESS_RSS_BYTES + states)
+    phases = est.host_phase_peaks
+    # save: rank 0 alone stages the module's file, whose 16-bit weights are one flat storage (2P); an offloaded
+    # optimizer's states already live on the host. Counted on every rank this over-predicted four GPUs by 12%.
+    assert phases["save"] == 4 * (PROCESS_RSS_BYTES + states) + 2 * P
+    # resume: right after initialize (RSS_AT_ZERO3_INIT_BYTES), before CPU Adam has made its moments; the
+    # optimizer file's fp32 master partition (4Pn) is read beside the moments it brings.
+    assert phases["resume"] == 4 * (RSS_AT_ZERO3_INIT_BYTES + states + 4 * Pn)
+
+
+def test_save_stages_the_module_on_rank_zero_only():
+    """ZeRO-1 on four GPUs: each rank stages its optimizer partition's largest flat tensor (4Pn), rank 0 the
+    module's flat 16-bit weights (2P) instead, the larger. Measured on 4 x H100 (Llama 3.2 1B): the node's
+    save was training + W + 3 x 4Pn (14.54 GiB; W on every rank predicted 17.61). On two GPUs 4Pn = 2P: the
+    same figure either way."""
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES
+
+    spec = synthetic_spec()
+    four = estimate_memory(spec, STRATEGIES["1"], workload(4), gpu_name="H100").host_phase_peaks
+    assert four["save"] == 4 * PROCESS_RSS_BYTES + 2 * P + 3 * 4 * (P // 4)
+    two = estimate_memory(spec, STRATEGIES["1"], workload(2), gpu_name="H100").host_phase_peaks
+    assert two["save"] == 2 * (PROCESS_RSS_BYTES + 4 * (P // 2))
+
+
 def test_cpu_processes_host_figure_is_measured_not_a_gpu_baseline():
     """cpu:N plans predict a CPU process's host memory (memory.CPU_PROCESS_RSS_BYTES plus its tensors), within 10%
     of zero-run's measured peak RSS per node for every strategy (benchmarks/cpu_rss.py, llama-tiny on cpu:2); the

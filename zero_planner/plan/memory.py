@@ -419,6 +419,15 @@ def working_bytes(workload: Workload) -> int:
     return 2 if workload.precision in ("bf16", "fp16") else 4
 
 
+def largest_trainable_numel(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the elements of the largest trainable tensor, the size of ZeRO-1/2's offload staging buffers
+    (stage_1_and_2.py largest_param_numel over the trainable groups): an adapter's widest LoRA matrix (r x the
+    wider of hidden and intermediate), or the model's largest tensor in full fine-tuning."""
+    if workload.method in ("lora", "qlora"):
+        return workload.lora_r * max(spec.hidden_size, spec.intermediate_size)
+    return spec.largest_tensor_numel
+
+
 def estimate_memory(
     spec: ModelSpec,
     strategy: Strategy,
@@ -619,8 +628,7 @@ def model_states(spec: ModelSpec, strategy: Strategy, workload: Workload, buffer
         params = W
         optimizer = 0
         # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, one largest-trainable-tensor-sized buffer.
-        largest = workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters else spec.largest_tensor_numel
-        gradients = w * largest
+        gradients = w * largest_trainable_numel(spec, workload)
         step_transient = 0
         head_after_loss = offloaded_head_bytes(untied_head, w, n, stage)
         grads_between_micro_steps = 0
@@ -791,7 +799,8 @@ def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: i
     # copies nothing, and ZeRO-3 takes no trip through host memory to defragment (benchmarks/cpu_rss.py).
     on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
     process = CPU_PROCESS_RSS_BYTES + device_peak if on_cpu else PROCESS_RSS_BYTES
-    parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu)
+    parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu,
+                       largest_trainable=largest_trainable_numel(spec, workload))  # fmt: skip
     if strategy.offload_param != "none" and adapters:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
@@ -800,7 +809,7 @@ def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: i
     module_file, module_storage = module_checkpoint_bytes(spec, strategy, workload, W=W, P=P)
     if on_cpu:
         module_storage = 0
-    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=max(staging, module_storage),
+    host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=staging, module_storage=module_storage,
                                    module_file=module_file, W=W, P=P)  # fmt: skip
     return host, host_phases
 
@@ -935,8 +944,7 @@ def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         free = None if capacity is None else capacity - context - W
         on_gpu = free is None or free >= flat
         guarded = flat if on_gpu else 0
-        staging = w * (workload.lora_r * max(spec.hidden_size, spec.intermediate_size) if adapters
-                       else spec.largest_tensor_numel)  # fmt: skip
+        staging = w * largest_trainable_numel(spec, workload)
         initialize = W + max(guarded, staging if off_opt else 8 * Pn)
     else:
         # stage3.py: the partitions defragmented into one flat buffer (through host memory), then per optimizer
@@ -1034,17 +1042,22 @@ EXPORT_SHARD_BYTES = 2 * 2**30
 memory and written one at a time."""
 
 
-def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts, staging: int, module_file: int,
-                     W: int, P: int) -> dict[str, int]:
+def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts, staging: int, module_storage: int,
+                     module_file: int, W: int, P: int) -> dict[str, int]:
     """Returns host bytes per node at the peak of initialize (ZeRO-3 with parameters on the GPU), train, save,
-    export and resume (every local rank's process).
+    export and resume (every local rank's process; the first node's, which holds rank 0).
 
-    parts: one rank's process and offloaded states (host_parts); staging: what one rank holds at once while it
-    saves a checkpoint
-    (checkpoint_staging_bytes, or the module file's largest storage if larger); module_file: the bytes of the
-    module's checkpoint file, read whole on resume; W: the weights' stored bytes; P: trainable parameters.
-    save: every rank stages its own optimizer state at once (rank 0 the module's file, a storage at a time). Measured per phase with zero-run (benchmarks/phases.py,
-    RSS peak per phase, Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B LoRA; H100, 2026-11-25).
+    parts: one rank's process and offloaded states (host_parts); staging: what each rank holds at once while it
+    saves its optimizer state (checkpoint_staging_bytes); module_storage: the largest storage of the module's
+    file, which rank 0 alone saves; module_file: the bytes of the module's checkpoint file, read whole on
+    resume; W: the weights' stored bytes; P: trainable parameters.
+    save: every rank stages its own optimizer state at once; rank 0 saves the module's file too, a storage at
+    a time, before its optimizer state, so it holds the larger of the two. Measured per phase with zero-run
+    (benchmarks/phases.py, RSS peak per phase, Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B
+    LoRA; H100, 2026-11-25). On four GPUs (Llama 3.2 1B, 4 x H100, 2026-11-27) the node's save was training +
+    W + 3 x 4Pn at ZeRO-1 and 2 (14.54 GiB measured), training + W with the optimizer offloaded: the other
+    ranks hold no module storage (counting W on every rank over-predicted by 21% and 12%). On one and two GPUs
+    the two counts agree (4Pn >= W there).
     export: rank 0 writes while the others wait at their training baseline. Stages 0-2 copy one shard
     (<= EXPORT_SHARD_BYTES) at a time to the host; ZeRO-3 first gathers the whole 16-bit state dict into rank 0's
     host memory (engine._zero3_consolidated_16bit_state_dict), whose tensors the shards then reuse. Measured:
@@ -1053,9 +1066,16 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     map_location cpu), the module's file first, then its optimizer partition: at stage 0 one file holds both
     (16-bit weights and the optimizer's fp32 master and Adam moments, 12 B per trainable parameter); ZeRO keeps
     them apart (the larger of W and 12 Pn). It comes right after initialize, when a process holds
-    RSS_AT_ZERO3_INIT_BYTES (measured: resume - loaded = 1.52 GiB on Qwen2.5-0.5B stages 0-3). Offloaded optimizer
-    states are loaded into their pinned buffers: measured + W over training (Qwen2.5-0.5B 2-offload +1.30 GiB,
-    3-offload +1.28, 3-offload-all +1.26).
+    RSS_AT_ZERO3_INIT_BYTES (measured: resume - loaded = 1.52 GiB on Qwen2.5-0.5B stages 0-3). With the optimizer
+    offloaded, CPU Adam makes its two moments at the first step (DeepSpeedCPUAdam.step), so they are not there
+    yet: the module's file is read into a process without them, then the optimizer's file (12 Pn), whose moments
+    stay as the optimizer's state and whose fp32 master partition is copied into the pinned master buffer:
+    the peak is the trained states plus that 4 Pn, and at stage 3 with parameters on the GPU the 16-bit
+    conversion of a sub-group, as in a step (step_transient). Measured over training, per rank: Qwen2.5-0.5B
+    on one GPU 2-offload +1.30 GiB, 3-offload +1.28, 3-offload-all +1.26 (4 Pn = 1.84 less the process's
+    PROCESS_RSS_BYTES - RSS_AT_ZERO3_INIT_BYTES = 0.55); Llama 3.2 1B on two GPUs +1.79 and +1.74 (4 Pn = 2.30),
+    on four +0.63 and +0.60 (1.15), 3-offload +0.64 (+ its 0.58 GiB conversion). Counting W instead, as
+    before 2026-11-27, over-predicted the four-GPU resumes by 11-15%.
     """
     g, n = workload.gpus_per_node, workload.world_size
     adapters = workload.method in ("lora", "qlora")
@@ -1072,12 +1092,14 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     states = 12 * P if strategy.stage == 0 else 12 * Pn  # fp32 master + Adam moments in the checkpoint
     held = parts.process + parts.states  # between steps, outside the optimizer step's host transients
     if strategy.offload_optimizer != "none":
-        resume = held + (adapter16 if adapters else W)
+        moments = 8 * Pn
+        resume = parts.process_at_initialize + max(parts.states - moments + weights16,
+                                                   parts.states + 4 * Pn + parts.step_transient)  # fmt: skip
     elif strategy.stage == 0:
         resume = parts.process_at_initialize + weights16 + states
     else:
         resume = parts.process_at_initialize + max(weights16, states)
-    save = (held + staging) * g
+    save = held * g + max(staging, module_storage) + staging * (g - 1)
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
     if parts.defragment and strategy.offload_optimizer == "none":
         # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)
@@ -1145,13 +1167,19 @@ class HostParts:
 
 
 def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
-               precision: str, *, process: int = PROCESS_RSS_BYTES, cpu: bool = False) -> HostParts:
+               precision: str, *, process: int = PROCESS_RSS_BYTES, cpu: bool = False,
+               largest_trainable: int = 0) -> HostParts:
     """Returns one rank's host memory by part: its process (`process` bytes: PROCESS_RSS_BYTES for a GPU process;
     for a CPU one, cpu=True, CPU_PROCESS_RSS_BYTES and its tensors), plus the offloaded states of its partition.
 
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
-        pinned(w Pn), pinned fp32 gradient partition pinned(4 Pn), and CPU Adam's two fp32 moments (8 Pn);
+        pinned(w Pn), pinned fp32 gradient partition pinned(4 Pn), CPU Adam's two fp32 moments (8 Pn), and
+        temp_grad_buffer_for_cpu_offload, a w-byte buffer of the largest trainable tensor's `largest_trainable`
+        elements, pinned (the host side of the GPU's temp_grad_buffer_for_gpu_offload). It was missing here
+        until 2026-11-27: every 2-offload case measured that much above the prediction, on one GPU and on
+        two and four (Llama 3.2 1B -0.4 and -0.5 GiB, 3B -0.95, Gemma 2 2B -1.9, Mistral-8L -0.13: pinned(2 x
+        the embedding) is 0.5, 1, 2 and 0.25 GiB), and no stage-3 case;
       stage 3 (stage3.py): the fp32 master copy 4 Pn (not pinned), a pinned fp32 gradient buffer per optimizer
         sub-group (<= SUB_GROUP_SIZE elements, initialize_optimizer_states), the pinned flat gradient buffer
         (grad_partitions_flat_buffer) in the gradient-accumulation dtype, which DeepSpeed takes from the model
@@ -1179,7 +1207,8 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
             overflow_check = (w + 1) * Pn if precision == "fp16" else 0
             transient = max(convert, overflow_check)
         else:
-            states += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn
+            temp_grad = w * largest_trainable if cpu else pinned_bytes(w * largest_trainable)
+            states += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn + temp_grad
     if strategy.offload_param != "none":
         partitions = sum(pinned_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
         states += pinned_bytes(w * Pn) + partitions
