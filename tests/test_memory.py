@@ -440,6 +440,23 @@ def test_stage2_offload_host_terms_by_hand():
     assert phases["resume"] == 4 * (RSS_AT_ZERO3_INIT_BYTES + states + 4 * Pn)
 
 
+def test_offload_without_pin_memory_holds_plain_buffers():
+    """A user's JSON with `"pin_memory": false` in its offload section: DeepSpeed keeps the offloaded buffers as
+    plain host tensors, their own size, where pinned ones are rounded up to a power of two (read from the code;
+    not measured)."""
+    import dataclasses
+
+    from zero_planner.plan.memory import PROCESS_RSS_BYTES, ZeroBuffers
+
+    spec = synthetic_spec()
+    unpinned = dataclasses.replace(ZeroBuffers.for_model(spec.hidden_size), pin_memory=False)
+    est = estimate_memory(spec, STRATEGIES["2-offload"], workload(4), buffers=unpinned, gpu_name="H100")
+    Pn = P // 4
+    assert est.cpu_training_bytes == 4 * (PROCESS_RSS_BYTES + 2 * 4 * Pn + 2 * Pn + 8 * Pn + 2 * 50_000_000)
+    pinned = estimate_memory(spec, STRATEGIES["2-offload"], workload(4), gpu_name="H100")
+    assert pinned.cpu_training_bytes > est.cpu_training_bytes
+
+
 def test_save_stages_the_module_on_rank_zero_only():
     """ZeRO-1 on four GPUs: each rank stages its optimizer partition's largest flat tensor (4Pn), rank 0 the
     module's flat 16-bit weights (2P) instead, the larger. Measured on 4 x H100 (Llama 3.2 1B): the node's

@@ -494,7 +494,8 @@ def estimate_memory(
         overhead = reserved - peak + context
     total = peak + overhead
 
-    host, host_phases = host_memory(spec, strategy, workload, W=W, P=P, device_peak=peak, gpu_name=gpu_name)
+    host, host_phases = host_memory(spec, strategy, workload, W=W, P=P, device_peak=peak, gpu_name=gpu_name,
+                                    pin_memory=buffers.pin_memory)  # fmt: skip
     buffers_bytes = states.gathered_bytes + (2 * w * buffers.reduce_bucket_size if stage in (1, 2) and n > 1 else 0)
     return MemoryEstimate(
         params_bytes=states.params_bytes,
@@ -781,11 +782,12 @@ def reserved_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, buff
 
 
 def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, device_peak: int,
-                gpu_name: str | None) -> tuple[int, dict[str, int]]:  # fmt: skip
+                gpu_name: str | None, pin_memory: bool = True) -> tuple[int, dict[str, int]]:  # fmt: skip
     """Returns (host bytes per node while training, {phase: host bytes per node} of the phases that hold more:
     host_phase_peaks): every local rank's process and offloaded states (host_parts), and what a checkpoint save,
     the export and a resume add (module_checkpoint_bytes, checkpoint_staging_bytes). device_peak: a CPU process
-    (--gpus cpu:N) holds its "device" tensors in host memory too."""
+    (--gpus cpu:N) holds its "device" tensors in host memory too. pin_memory: the offload sections' pin_memory
+    (DeepSpeed's default True); without it the offloaded buffers are plain host tensors of their own size."""
     n = workload.world_size
     w = working_bytes(workload)
     adapters = workload.method in ("lora", "qlora")
@@ -800,7 +802,7 @@ def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: i
     on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
     process = CPU_PROCESS_RSS_BYTES + device_peak if on_cpu else PROCESS_RSS_BYTES
     parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu,
-                       largest_trainable=largest_trainable_numel(spec, workload))  # fmt: skip
+                       largest_trainable=largest_trainable_numel(spec, workload), pinned=pin_memory)  # fmt: skip
     if strategy.offload_param != "none" and adapters:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
@@ -1168,10 +1170,13 @@ class HostParts:
 
 def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
                precision: str, *, process: int = PROCESS_RSS_BYTES, cpu: bool = False,
-               largest_trainable: int = 0) -> HostParts:
+               largest_trainable: int = 0, pinned: bool = True) -> HostParts:
     """Returns one rank's host memory by part: its process (`process` bytes: PROCESS_RSS_BYTES for a GPU process;
     for a CPU one, cpu=True, CPU_PROCESS_RSS_BYTES and its tensors), plus the offloaded states of its partition.
 
+    `pinned` False (a user's JSON with `"pin_memory": false`) or a CPU process (the CPU accelerator's pin_memory is
+    a no-op): each buffer named pinned below is a plain tensor of its own size instead (read from the code, not
+    measured; the CPU processes' figures stay within +2% .. +5% of benchmarks/cpu_rss.py's measurements).
     With the optimizer offloaded (pin_memory, DeepSpeed's default), per rank and partition of Pn elements:
       stages 1-2 (stage_1_and_2.py): pinned fp32 master copy pinned(4 Pn), pinned 16-bit staging copy
         pinned(w Pn), pinned fp32 gradient partition pinned(4 Pn), CPU Adam's two fp32 moments (8 Pn), and
@@ -1196,20 +1201,25 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     """
     states = transient = 0
     Pn = math.ceil(P / n)
+
+    def held(num_bytes: int) -> int:
+        # A pinned buffer is rounded up to a power of two (pinned_bytes); with pin_memory off, and on the CPU
+        # accelerator, whose pin_memory is a no-op, a buffer is a plain tensor of its own size.
+        return pinned_bytes(num_bytes) if pinned and not cpu else num_bytes
+
     # The defragment copy is a GPU process's trip through host memory; a CPU process's partition stays where it is.
     gpu_zero3 = not cpu and strategy.stage == 3 and strategy.offload_param == "none"
     defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if gpu_zero3 else 0
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
-            states += 4 * Pn + sum(pinned_bytes(4 * g) for g in groups) + pinned_bytes(w * Pn) + 8 * Pn
+            states += 4 * Pn + sum(held(4 * g) for g in groups) + held(w * Pn) + 8 * Pn
             convert = w * max(groups) if w < 4 and strategy.offload_param == "none" else 0
             overflow_check = (w + 1) * Pn if precision == "fp16" else 0
             transient = max(convert, overflow_check)
         else:
-            temp_grad = w * largest_trainable if cpu else pinned_bytes(w * largest_trainable)
-            states += 2 * pinned_bytes(4 * Pn) + pinned_bytes(w * Pn) + 8 * Pn + temp_grad
+            states += 2 * held(4 * Pn) + held(w * Pn) + 8 * Pn + held(w * largest_trainable)
     if strategy.offload_param != "none":
-        partitions = sum(pinned_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
-        states += pinned_bytes(w * Pn) + partitions
+        partitions = sum(held(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
+        states += held(w * Pn) + partitions
     return HostParts(process, states, transient, defragment, process if cpu else RSS_AT_ZERO3_INIT_BYTES)
