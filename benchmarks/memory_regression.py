@@ -33,6 +33,7 @@ from zero_planner.plan.memory import (  # noqa: E402
     ZeroBuffers,
     estimate_memory,
     trainable_params,
+    working_bytes,
 )
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 
@@ -230,9 +231,8 @@ EVAL_KV_CACHE_FILES = frozenset({
 def eval_kv_cache_bytes(spec, workload: Workload) -> int:
     """Returns the KV cache an eval forward with use_cache on keeps: keys and values of every layer, in the
     working precision, for each token of the micro-batch."""
-    w = 4 if workload.precision == "fp32" else 2
     tokens = workload.micro_batch_size * workload.seq_len
-    return 2 * spec.num_key_value_heads * spec.head_dim * spec.num_layers * tokens * w
+    return 2 * spec.num_key_value_heads * spec.head_dim * spec.num_layers * tokens * working_bytes(workload)
 
 
 SUPERSEDED_PHASES: dict[tuple[str, str], str] = {

@@ -1202,7 +1202,7 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     states = transient = 0
     Pn = math.ceil(P / n)
 
-    def held(num_bytes: int) -> int:
+    def buffer_bytes(num_bytes: int) -> int:
         # A pinned buffer is rounded up to a power of two (pinned_bytes); with pin_memory off, and on the CPU
         # accelerator, whose pin_memory is a no-op, a buffer is a plain tensor of its own size.
         return pinned_bytes(num_bytes) if pinned and not cpu else num_bytes
@@ -1213,13 +1213,13 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
-            states += 4 * Pn + sum(held(4 * g) for g in groups) + held(w * Pn) + 8 * Pn
+            states += 4 * Pn + sum(buffer_bytes(4 * g) for g in groups) + buffer_bytes(w * Pn) + 8 * Pn
             convert = w * max(groups) if w < 4 and strategy.offload_param == "none" else 0
             overflow_check = (w + 1) * Pn if precision == "fp16" else 0
             transient = max(convert, overflow_check)
         else:
-            states += 2 * held(4 * Pn) + held(w * Pn) + 8 * Pn + held(w * largest_trainable)
+            states += 2 * buffer_bytes(4 * Pn) + buffer_bytes(w * Pn) + 8 * Pn + buffer_bytes(w * largest_trainable)
     if strategy.offload_param != "none":
-        partitions = sum(held(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
-        states += held(w * Pn) + partitions
+        partitions = sum(buffer_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
+        states += buffer_bytes(w * Pn) + partitions
     return HostParts(process, states, transient, defragment, process if cpu else RSS_AT_ZERO3_INIT_BYTES)
