@@ -40,6 +40,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            1B, Qwen3-1.7B, Gemma 2 2B) on two H100s: the gather's host time per fetch
   i26-stage3-world-h100    the same cases on one GPU of that machine (--gpus 0), run right after
   i26-stage3-gpt2-2xh100   GPT-2 medium's ZeRO-3 at 8 and 16 x 1,024 on two GPUs
+  i26-stage3-buckets-2xh100, -b  ZeRO-3's host-bound cases on two H100s at DeepSpeed's 5e8-element reduce buckets
+                           (and 1e5) beside ours: the host's time per gradient bucket reduced across ranks
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -81,6 +83,8 @@ USER_ZERO2 = [("llama3.2-1b", 2048, (2, 8)), ("qwen3-1.7b", 4096, (1, 2)), ("gpt
 DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce_scatter": True,
                     "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000}
 """DeepSpeed 0.19.8's stage-2 settings where a JSON is silent (deepspeed/runtime/zero/config.py)."""
+DS_DEFAULT_BUCKET = {"reduce_bucket_size": 500_000_000}
+"""DeepSpeed 0.19.8's reduce_bucket_size where a JSON is silent (deepspeed/runtime/zero/config.py), every stage."""
 
 SUITES = {
     "i26-moe-small-h100": {"gpu": "H100", "settings": [("mixtral-32e-top8", 2048)], "ladders": []},
@@ -181,6 +185,25 @@ SUITES = {
     },
     "i26-stage3-gpt2-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
                                "ladders": [("gpt2-medium", 1024, "3", False, (8, 16))]},
+    # ZeRO-3's backward on two GPUs grew by about 0.5 ms per gradient bucket reduced across the ranks (the
+    # stage3-world runs against one GPU), a term only GPT-2 (98 gathers, 195 buckets) separates from the gathers
+    # in the sweeps. The same host-bound cases at other reduce_bucket_size, nothing else changed, side by side on
+    # one machine: DeepSpeed's default 5e8 (what a minimal JSON gets: a handful of buckets) and 1e5 (a bucket per
+    # tensor above it). Run as variants: not fitted, predicted with their own JSON (throughput_check.user_configs)
+    "i26-stage3-buckets-2xh100": {
+        "gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
+        "ladders": [("llama3.2-1b", 2048, "3", False, (2,)), ("gpt2-medium", 1024, "3", False, (4,)),
+                    ("qwen2.5-0.5b", 4096, "3", False, (1,))],
+        "variants": [("llama3.2-1b", 2048, "3", False, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("gpt2-medium", 1024, "3", False, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("qwen2.5-0.5b", 4096, "3", False, 1, "bucket-1e5", {"reduce_bucket_size": 100_000})],
+    },
+    "i26-stage3-buckets-b-2xh100": {
+        "gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
+        "ladders": [("qwen3-1.7b", 4096, "3", False, (1,)), ("mistral-7b-8l", 4096, "3", False, (1,))],
+        "variants": [("qwen3-1.7b", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("mistral-7b-8l", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET)],
+    },
 }
 
 
