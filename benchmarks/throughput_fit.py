@@ -78,6 +78,9 @@ class Features:
     gathers: int = 0
     """ZeRO-3's gathers across ranks (several GPUs; throughput.stage3_gathers); 0 on one GPU, where DeepSpeed skips them."""
     communication_s: float = 0.0
+    stage3_reductions: int = 0
+    """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
+    same bucketing); 0 on one GPU."""
     """ZeRO's collectives between GPUs per step at the link's catalog bandwidth (throughput.communication_bytes)."""
 
 
@@ -131,6 +134,8 @@ def features(case, base: Calibration | None = None) -> Features:
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
         world_size=workload.world_size,
         gathers=throughput.stage3_gathers(spec, workload) if strategy.stage == 3 and workload.world_size > 1 else 0,
+        stage3_reductions=(throughput.stage2_reductions(spec, workload)
+                           if strategy.stage == 3 and workload.world_size > 1 else 0),  # fmt: skip
         communication_s=(throughput.communication_bytes(spec, strategy, workload)
                          / throughput.link_bandwidth_bytes_per_s(gpu, workload)),  # fmt: skip
     )
@@ -152,7 +157,8 @@ def predict(c: Features, cal: Calibration) -> float:
     """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
-    fetches = c.fetches * cal.stage3_seconds_per_fetch + c.gathers * cal.stage3_seconds_per_gather
+    fetches = (c.fetches * cal.stage3_seconds_per_fetch + c.gathers * cal.stage3_seconds_per_gather
+               + c.stage3_reductions * cal.stage3_seconds_per_reduction)  # fmt: skip
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
     return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + c.communication_s + c.pcie_s
             + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
@@ -233,10 +239,21 @@ def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
     return fit_host_rate(cases, cal, "stage2_seconds_per_reduction", 1e-5, 500, 7)
 
 
+GATHER_FIT_ROUNDS = 4
+"""Rounds of fit_gather's alternation between the per-gather and per-reduction times (each a 1-D grid search
+with the other fixed): the two settle to the 0.01 ms grid within three on the committed runs."""
+
+
 def fit_gather(cases: list[Features], partial: "Fit") -> Calibration:
-    """Returns `partial`'s calibration with the host seconds per ZeRO-3 gather across ranks (several GPUs)
-    minimising squared relative error (0.01 ms grid), each case at its host's per-fetch time."""
-    return fit_host_rate(cases, partial.calibration, "stage3_seconds_per_gather", 1e-5, 500, 7, partial.for_case)
+    """Returns `partial`'s calibration with the host seconds per ZeRO-3 gather across ranks and per gradient
+    bucket reduced across ranks (several GPUs) minimising squared relative error (0.01 ms grids, fitted in turn
+    GATHER_FIT_ROUNDS times from zero reductions), each case at its host's per-fetch time."""
+    cal = replace(partial.calibration, stage3_seconds_per_reduction=0.0)
+    for _ in range(GATHER_FIT_ROUNDS if cases else 0):
+        for name in ("stage3_seconds_per_gather", "stage3_seconds_per_reduction"):
+            fitted = replace(partial, calibration=cal)
+            cal = fit_host_rate(cases, cal, name, 1e-5, 500, 7, fitted.for_case)
+    return cal
 
 
 def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
@@ -347,6 +364,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
+                 "stage3_seconds_per_reduction",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
@@ -386,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
     print(f"  stage 3, several GPUs {cal.stage3_seconds_per_gather * 1e3:.2f} ms more per gather across ranks "
           f"({sum(c.strategy == '3' for c in several)} runs)")
+    print(f"  stage 3, several GPUs {cal.stage3_seconds_per_reduction * 1e3:.2f} ms more per gradient bucket reduced "
+          "across ranks")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     for host, rate in result.host_cpu_adam.items():

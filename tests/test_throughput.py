@@ -427,15 +427,31 @@ def _ds_gathers(tmp_path, config: dict, *args: int, world: int = 1) -> tuple[int
 
 def test_one_rank_skips_zero3s_gathers():
     spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text()), "t")
-    cal = replace(throughput.load_calibration(), stage3_seconds_per_fetch=1e-3, stage3_seconds_per_gather=2e-3)
+    cal = replace(throughput.load_calibration(), stage3_seconds_per_fetch=1e-3, stage3_seconds_per_gather=2e-3,
+                  stage3_seconds_per_reduction=3e-3)  # fmt: skip
     one, two = work(seq_len=16), work(seq_len=16, world_size=2, gpus_per_node=2)
     fetches, gathers = throughput.stage3_fetches(spec, one), throughput.stage3_gathers(spec, one)
+    buckets = throughput.stage2_reductions(spec, two)
+    assert buckets >= 1
     assert throughput.stage3_host_seconds(spec, one, cal) == pytest.approx(fetches * 1e-3)
-    assert throughput.stage3_host_seconds(spec, two, cal) == pytest.approx(fetches * 1e-3 + gathers * 2e-3)
-    # host-bound on a toy workload: two GPUs pay the gathers on top of one GPU's hooks
+    assert throughput.stage3_host_seconds(spec, two, cal) == pytest.approx(fetches * 1e-3 + gathers * 2e-3 + buckets * 3e-3)
+    # host-bound on a toy workload: two GPUs pay the gathers and the buckets' reductions on top of one GPU's hooks
     t1 = estimate_step_time(spec, STRATEGIES["3"], GPU, one, cal)
     t2 = estimate_step_time(spec, STRATEGIES["3"], GPU, two, cal)
-    assert t2.stage3_s - t1.stage3_s == pytest.approx(gathers * 2e-3, rel=1e-6)
+    assert t2.stage3_s - t1.stage3_s == pytest.approx(gathers * 2e-3 + buckets * 3e-3, rel=1e-6)
+
+
+def test_zero3s_reductions_follow_the_users_bucket_size():
+    """A JSON that leaves reduce_bucket_size out gets DeepSpeed's 5e8 elements: a bucket or two per backward where
+    ours (hidden^2) closes one per weight matrix; on several GPUs each costs the host stage3_seconds_per_reduction."""
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama3.2-1b.json").read_text()), "l")
+    cal = replace(throughput.load_calibration(), stage3_seconds_per_reduction=1e-3)
+    two = work(seq_len=2048, micro_batch_size=2, world_size=2, gpus_per_node=2)
+    minimal = ZeroBuffers.from_ds_config({"zero_optimization": {"stage": 3}}, spec.hidden_size)
+    ours, theirs = throughput.stage2_reductions(spec, two), throughput.stage2_reductions(spec, two, bucket=minimal.reduce_bucket_size)
+    assert minimal.reduce_bucket_size == 500_000_000 and theirs < 5 < 100 < ours
+    saved = throughput.stage3_host_seconds(spec, two, cal) - throughput.stage3_host_seconds(spec, two, cal, minimal)
+    assert saved == pytest.approx((ours - theirs) * 1e-3)
 
 
 def test_zero3_keeps_what_it_reuses_within_the_window():

@@ -136,13 +136,14 @@ def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
     from dataclasses import replace
 
     everything = [features(c) for c in measured_cases(4096, gpus=None) if c.method == "full"]
-    base = replace(load_calibration(), stage3_seconds_per_gather=0.0)
+    base = replace(load_calibration(), stage3_seconds_per_gather=0.0, stage3_seconds_per_reduction=0.0)
     one_gpu = fit([f for f in everything if f.world_size == 1], base)
     both = fit(everything, base)
     assert one_gpu.calibration.stage3_seconds_per_gather == 0.0  # nothing to fit it on
-    assert both.calibration.stage3_seconds_per_gather > 0
-    # the one-GPU constants are the same either way: runs of several GPUs fit the gather only
-    assert replace(both.calibration, stage3_seconds_per_gather=0.0) == one_gpu.calibration
+    assert one_gpu.calibration.stage3_seconds_per_reduction == 0.0
+    assert both.calibration.stage3_seconds_per_gather > 0 and both.calibration.stage3_seconds_per_reduction > 0
+    # the one-GPU constants are the same either way: runs of several GPUs fit the gather and the reduction only
+    assert replace(both.calibration, stage3_seconds_per_gather=0.0, stage3_seconds_per_reduction=0.0) == one_gpu.calibration
     zero3 = [f for f in everything if f.world_size > 1 and f.strategy == "3"]
     assert len(zero3) >= 10
 
@@ -174,8 +175,8 @@ def test_a_runs_own_deepspeed_json_predicts_it(capsys):
     # read with its own JSON, the model predicts it faster too, and closer than with ours.
     from benchmarks.throughput_check import user_configs
 
-    rows = {name.split("|")[-1]: (measured, own, ours) for name, measured, own, ours in user_configs()}
-    measured, own, ours = rows["bucket-5e8"]
+    rows = {name: (measured, own, ours) for name, measured, own, ours in user_configs()}
+    measured, own, ours = rows["llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2|xs|bucket-5e8"]
     assert own < ours
     assert abs(own / measured - 1) < 0.1
     assert "not modelled" in capsys.readouterr().out  # overlap_comm off is said, not guessed
@@ -192,3 +193,17 @@ def test_the_check_flags_a_stale_several_gpu_error(capsys):
     assert check_stated(computed)
     assert check_stated(dict(computed, several_gpus_out_of_family_max=cal.several_gpus_max_error + 0.02)) is False
     assert "several_gpus_out_of_family_max" in capsys.readouterr().out
+
+
+def test_zero3s_bucket_variants_are_predicted_closer_with_their_own_json(capsys):
+    # i26-stage3-buckets(-b)-2xh100, twice on two machines: host-bound ZeRO-3 on two GPUs at DeepSpeed's 5e8-element
+    # reduce buckets (and at 1e5) beside ours. Not fitted: stage3_seconds_per_reduction comes from the runs of our
+    # JSON, where only GPT-2 separates reductions from gathers. With their own bucket size the model is closer.
+    from benchmarks.throughput_check import user_configs
+
+    zero3 = [(m, own, ours) for name, m, own, ours in user_configs() if "|3|" in name and "|g2|" in name]
+    assert len(zero3) >= 10
+    own_errors = sorted(abs(own / m - 1) for m, own, _ in zero3)
+    ours_errors = sorted(abs(ours / m - 1) for m, _, ours in zero3)
+    median = len(zero3) // 2
+    assert own_errors[median] < 0.75 * ours_errors[median]

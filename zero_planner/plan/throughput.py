@@ -17,7 +17,9 @@ GPU is
             = max(gpu_s, host_s + stage3_host_seconds)       (stage 3: the hooks' work per fetch request runs on the
                                                        host's one Python thread with the layers' launches, and the
                                                        GPU hides both where its work is longer; on several GPUs
-                                                       plus each gather's: stage3_gathers x stage3_seconds_per_gather)
+                                                       plus each gather's: stage3_gathers x stage3_seconds_per_gather,
+                                                       and each gradient bucket's reduction: stage2_reductions x
+                                                       stage3_seconds_per_reduction)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
 collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
@@ -97,8 +99,19 @@ class Calibration:
     """FITTED on runs of two GPUs: the host seconds of one ZeRO-3 gather (stage3_gathers) where the parameter's
     partition spans several ranks. On one rank DeepSpeed hands the parameter over as it is (partition_parameters.py
     all_gather_coalesced returns _no_gather_coalesced); on several it allocates the gathered buffer, launches
-    the all-gather on its own stream and, waiting on the handle, splits the buffer into the parameters, and in
-    the backward reduce-scatters the gradient across the ranks. Host Python and launches, like the per-fetch time."""
+    the all-gather on its own stream and, waiting on the handle, splits the buffer into the parameters (the
+    backward's gradient buckets are stage3_seconds_per_reduction's). Host Python and launches, like the per-fetch
+    time."""
+    stage3_seconds_per_reduction: float = 0.0
+    """FITTED on runs of several GPUs, with stage3_seconds_per_gather: the host seconds of one gradient bucket
+    ZeRO-3 reduces across the ranks in backward (stage2_reductions: stage3.py
+    reduce_independent_p_g_buckets_and_remove_grads buckets the gradients by the same rule as ZeRO-2).
+    `__reduce_and_partition_ipg_grads` flattens the bucket, launches the reduce-scatter and copies each rank's
+    share into its gradient partition, per bucket, on the hooks' thread. A model's reductions and gathers are
+    not proportional: GPT-2 medium gathers 98 tensors (the forward's; with 1e9 reuse distance the backward finds
+    them) but reduces 195 buckets of hidden^2 elements, Qwen3-1.7B gathers 370 and reduces 225. Measured on two
+    H100s (2026-11-26 runs, each against the same case on one GPU of the same machine): the backward grew by
+    about 0.5 ms per bucket in every family, where its gathers could not explain it."""
     grouped_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
@@ -742,13 +755,16 @@ def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibr
                         buffers: ZeroBuffers | None = None) -> float:
     """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
     stage3_seconds_per_fetch), plus, where the partitions span several ranks, its gathers (stage3_gathers x
-    stage3_seconds_per_gather; one rank skips them). `buffers`: a user's JSON's persistence threshold (ours
+    stage3_seconds_per_gather; one rank skips them) and its gradient buckets' reductions (stage2_reductions x
+    stage3_seconds_per_reduction). `buffers`: a user's JSON's persistence threshold and reduce bucket size (ours
     unless given)."""
     cal = calibration or load_calibration()
     threshold = buffers.param_persistence_threshold if buffers else None
     seconds = stage3_fetches(spec, workload, threshold) * cal.stage3_seconds_per_fetch
     if workload.world_size > 1:
         seconds += stage3_gathers(spec, workload, threshold) * cal.stage3_seconds_per_gather
+        bucket = buffers.reduce_bucket_size if buffers else None
+        seconds += stage2_reductions(spec, workload, bucket=bucket) * cal.stage3_seconds_per_reduction
     return seconds
 
 
