@@ -362,12 +362,14 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
                     failures.append(message)
         # the host model is per node: a run of several ranks is compared with their sum (phase_case.rank_phases)
         host_key = "node_host_rss_peak_bytes" if case["num_gpus"] > 1 else "host_rss_peak_bytes"
+        host_cells: list[str] = []
         for phase, predicted in est.host_phase_peaks.items():
             figures = rank.get("phases", {}).get(phase)
             if figures and figures.get(host_key):
                 measured = figures[host_key]
                 error = (predicted - measured) / measured
                 host_errors.append(error)
+                host_cells.append(f"{phase} {error:+.1%}")
                 if abs(error) > HOST_LIMIT and abs(predicted - measured) > HOST_SLACK_BYTES:
                     message = (f"{row['id']}: host RSS in {phase} {measured / GiB:.2f} GiB, predicted "
                                f"{predicted / GiB:.2f} ({error:+.1%})")  # fmt: skip
@@ -377,7 +379,7 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
                         known_lines.append(f"  {message}: {known}")
                     else:
                         failures.append(message)
-        lines.append(f"  {row['id'][:62]:62s} " + " ".join(cells))
+        lines.append(f"  {row['id'][:62]:62s} " + " ".join(cells) + ("  | host " + " ".join(host_cells) if host_cells else ""))
     if not lines and not ooms:
         return failures
     print("\nwhole zero-runs, every phase (benchmarks/phases.py; peak allocated, predicted vs measured):")
