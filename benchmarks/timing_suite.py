@@ -42,6 +42,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-stage3-gpt2-2xh100   GPT-2 medium's ZeRO-3 at 8 and 16 x 1,024 on two GPUs
   i26-stage3-buckets-2xh100, -b  ZeRO-3's host-bound cases on two H100s at DeepSpeed's 5e8-element reduce buckets
                            (and 1e5) beside ours: the host's time per gradient bucket reduced across ranks
+  i26-stage3-buckets-4xh100  the same pairs on four H100s
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -197,6 +198,18 @@ SUITES = {
         "variants": [("llama3.2-1b", 2048, "3", False, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
                      ("gpt2-medium", 1024, "3", False, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
                      ("qwen2.5-0.5b", 4096, "3", False, 1, "bucket-1e5", {"reduce_bucket_size": 100_000})],
+    },
+    # the same five pairs on four GPUs of one host: the bucket's cost where each rank keeps a quarter
+    "i26-stage3-buckets-4xh100": {
+        "gpu": "H100", "num_gpus": 4, "settings": [], "steps": 10,
+        "ladders": [("llama3.2-1b", 2048, "3", False, (2,)), ("gpt2-medium", 1024, "3", False, (4,)),
+                    ("qwen2.5-0.5b", 4096, "3", False, (1,)), ("qwen3-1.7b", 4096, "3", False, (1,)),
+                    ("mistral-7b-8l", 4096, "3", False, (1,))],
+        "variants": [("llama3.2-1b", 2048, "3", False, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("gpt2-medium", 1024, "3", False, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("qwen2.5-0.5b", 4096, "3", False, 1, "bucket-1e5", {"reduce_bucket_size": 100_000}),
+                     ("qwen3-1.7b", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET),
+                     ("mistral-7b-8l", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET)],
     },
     "i26-stage3-buckets-b-2xh100": {
         "gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
