@@ -78,10 +78,10 @@ class Features:
     gathers: int = 0
     """ZeRO-3's gathers across ranks (several GPUs; throughput.stage3_gathers); 0 on one GPU, where DeepSpeed skips them."""
     communication_s: float = 0.0
+    """ZeRO's collectives between GPUs per step at the link's catalog bandwidth (throughput.communication_bytes)."""
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
-    """ZeRO's collectives between GPUs per step at the link's catalog bandwidth (throughput.communication_bytes)."""
 
 
 def family_of(case) -> str:

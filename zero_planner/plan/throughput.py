@@ -96,7 +96,7 @@ class Calibration:
     from a pinned staging buffer. Llama-3.2-3B on the H200 (16 host cores, alone, 2026-11-23): 3-offload minus
     2-offload at equal shapes, +1.10 s (mb 12) and +1.58 s (mb 38, gc) per step for 6.4 GB, 4.1-5.8 GB/s."""
     stage3_seconds_per_gather: float = 0.0
-    """FITTED on runs of two GPUs: the host seconds of one ZeRO-3 gather (stage3_gathers) where the parameter's
+    """FITTED on runs of several GPUs: the host seconds of one ZeRO-3 gather (stage3_gathers) where the parameter's
     partition spans several ranks. On one rank DeepSpeed hands the parameter over as it is (partition_parameters.py
     all_gather_coalesced returns _no_gather_coalesced); on several it allocates the gathered buffer, launches
     the all-gather on its own stream and, waiting on the handle, splits the buffer into the parameters (the
@@ -797,7 +797,8 @@ def host_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload, calibr
 
 def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = None) -> int:
     """Returns the gradient buckets ZeRO-2 reduces in one backward (reduce_bucket_size `bucket` elements, our
-    dsconfig's hidden^2 unless given).
+    dsconfig's hidden^2 unless given); ZeRO-3 closes its buckets by the same rule (stage3.py
+    reduce_independent_p_g_buckets_and_remove_grads), which stage3_host_seconds counts on several GPUs.
 
     DeepSpeed's hook (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads) reduces the bucket
     whenever the next gradient would overflow it; the gradients arrive in about the reverse of the parameters'
