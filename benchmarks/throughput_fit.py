@@ -113,6 +113,7 @@ def features(case, base: Calibration | None = None) -> Features:
     psi = throughput.trainable_params(spec, workload) / (workload.world_size if strategy.stage >= 1 else 1)
     peak = throughput.peak_flops(gpu, workload.precision)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
+    stage3_across_ranks = strategy.stage == 3 and workload.world_size > 1  # gathers and reductions span ranks
     return Features(
         name=case.name,
         family=family_of(case),
@@ -133,9 +134,8 @@ def features(case, base: Calibration | None = None) -> Features:
         cpu_adam_params=throughput.cpu_adam_params(spec, strategy, workload),
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
         world_size=workload.world_size,
-        gathers=throughput.stage3_gathers(spec, workload) if strategy.stage == 3 and workload.world_size > 1 else 0,
-        stage3_reductions=(throughput.stage2_reductions(spec, workload)
-                           if strategy.stage == 3 and workload.world_size > 1 else 0),  # fmt: skip
+        gathers=throughput.stage3_gathers(spec, workload) if stage3_across_ranks else 0,
+        stage3_reductions=throughput.stage2_reductions(spec, workload) if stage3_across_ranks else 0,
         communication_s=(throughput.communication_bytes(spec, strategy, workload)
                          / throughput.link_bandwidth_bytes_per_s(gpu, workload)),  # fmt: skip
     )

@@ -87,6 +87,23 @@ DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce
 DS_DEFAULT_BUCKET = {"reduce_bucket_size": 500_000_000}
 """DeepSpeed 0.19.8's reduce_bucket_size where a JSON is silent (deepspeed/runtime/zero/config.py), every stage."""
 
+STAGE3_BUCKET_PAIRS = [("llama3.2-1b", 2048, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
+                       ("gpt2-medium", 1024, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
+                       ("qwen2.5-0.5b", 4096, 1, "bucket-1e5", {"reduce_bucket_size": 100_000}),
+                       ("qwen3-1.7b", 4096, 1, "bucket-5e8", DS_DEFAULT_BUCKET),
+                       ("mistral-7b-8l", 4096, 1, "bucket-5e8", DS_DEFAULT_BUCKET)]
+"""Host-bound ZeRO-3 cases (model, seq, micro-batch) with another reduce bucket (name, zero_optimization over ours):
+DeepSpeed's default 5e8 (what a minimal JSON gets: a handful of buckets) and 1e5 (a bucket per tensor above it)."""
+
+
+def _bucket_suite(pairs: list[tuple], num_gpus: int) -> dict:
+    """Returns a timing suite of `pairs` (STAGE3_BUCKET_PAIRS) on `num_gpus` H100s: each case at our JSON, then
+    each at its other bucket size."""
+    return {"gpu": "H100", "num_gpus": num_gpus, "settings": [], "steps": 10,
+            "ladders": [(model, seq, "3", False, (micro,)) for model, seq, micro, _, _ in pairs],
+            "variants": [(model, seq, "3", False, micro, name, zero) for model, seq, micro, name, zero in pairs]}  # fmt: skip
+
+
 SUITES = {
     "i26-moe-small-h100": {"gpu": "H100", "settings": [("mixtral-32e-top8", 2048)], "ladders": []},
     "i26-moe-shared-h100": {"gpu": "H100", "settings": [("qwen2-moe-a2.7b-4l", 2048)], "ladders": []},
@@ -189,34 +206,12 @@ SUITES = {
     # ZeRO-3's backward on two GPUs grew by about 0.5 ms per gradient bucket reduced across the ranks (the
     # stage3-world runs against one GPU), a term only GPT-2 (98 gathers, 195 buckets) separates from the gathers
     # in the sweeps. The same host-bound cases at other reduce_bucket_size, nothing else changed, side by side on
-    # one machine: DeepSpeed's default 5e8 (what a minimal JSON gets: a handful of buckets) and 1e5 (a bucket per
-    # tensor above it). Run as variants: not fitted, predicted with their own JSON (throughput_check.user_configs)
-    "i26-stage3-buckets-2xh100": {
-        "gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
-        "ladders": [("llama3.2-1b", 2048, "3", False, (2,)), ("gpt2-medium", 1024, "3", False, (4,)),
-                    ("qwen2.5-0.5b", 4096, "3", False, (1,))],
-        "variants": [("llama3.2-1b", 2048, "3", False, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("gpt2-medium", 1024, "3", False, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("qwen2.5-0.5b", 4096, "3", False, 1, "bucket-1e5", {"reduce_bucket_size": 100_000})],
-    },
+    # one machine (STAGE3_BUCKET_PAIRS). Run as variants: not fitted, predicted with their own JSON
+    # (throughput_check.user_configs)
+    "i26-stage3-buckets-2xh100": _bucket_suite(STAGE3_BUCKET_PAIRS[:3], num_gpus=2),
     # the same five pairs on four GPUs of one host: the bucket's cost where each rank keeps a quarter
-    "i26-stage3-buckets-4xh100": {
-        "gpu": "H100", "num_gpus": 4, "settings": [], "steps": 10,
-        "ladders": [("llama3.2-1b", 2048, "3", False, (2,)), ("gpt2-medium", 1024, "3", False, (4,)),
-                    ("qwen2.5-0.5b", 4096, "3", False, (1,)), ("qwen3-1.7b", 4096, "3", False, (1,)),
-                    ("mistral-7b-8l", 4096, "3", False, (1,))],
-        "variants": [("llama3.2-1b", 2048, "3", False, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("gpt2-medium", 1024, "3", False, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("qwen2.5-0.5b", 4096, "3", False, 1, "bucket-1e5", {"reduce_bucket_size": 100_000}),
-                     ("qwen3-1.7b", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("mistral-7b-8l", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET)],
-    },
-    "i26-stage3-buckets-b-2xh100": {
-        "gpu": "H100", "num_gpus": 2, "settings": [], "steps": 10,
-        "ladders": [("qwen3-1.7b", 4096, "3", False, (1,)), ("mistral-7b-8l", 4096, "3", False, (1,))],
-        "variants": [("qwen3-1.7b", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET),
-                     ("mistral-7b-8l", 4096, "3", False, 1, "bucket-5e8", DS_DEFAULT_BUCKET)],
-    },
+    "i26-stage3-buckets-4xh100": _bucket_suite(STAGE3_BUCKET_PAIRS, num_gpus=4),
+    "i26-stage3-buckets-b-2xh100": _bucket_suite(STAGE3_BUCKET_PAIRS[3:], num_gpus=2),
 }
 
 

@@ -443,7 +443,7 @@ def test_stage2_offload_host_terms_by_hand():
 def test_offload_without_pin_memory_holds_plain_buffers():
     """A user's JSON with `"pin_memory": false` in its offload section: DeepSpeed keeps the offloaded buffers as
     plain host tensors, their own size, where pinned ones are rounded up to a power of two (read from the code;
-    not measured)."""
+    measured since on a GPU: suite phases-r10, benchmarks/memory_regression.py)."""
     import dataclasses
 
     from zero_planner.plan.memory import PROCESS_RSS_BYTES, ZeroBuffers

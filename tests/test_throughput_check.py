@@ -195,7 +195,7 @@ def test_the_check_flags_a_stale_several_gpu_error(capsys):
     assert "several_gpus_out_of_family_max" in capsys.readouterr().out
 
 
-def test_zero3s_bucket_variants_are_predicted_closer_with_their_own_json(capsys):
+def test_zero3s_bucket_variants_are_predicted_closer_with_their_own_json():
     # i26-stage3-buckets(-b)-2xh100, twice on two machines: host-bound ZeRO-3 on two GPUs at DeepSpeed's 5e8-element
     # reduce buckets (and at 1e5) beside ours. Not fitted: stage3_seconds_per_reduction comes from the runs of our
     # JSON, where only GPT-2 separates reductions from gathers. With their own bucket size the model is closer on
