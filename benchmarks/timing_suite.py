@@ -43,6 +43,9 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-stage3-buckets-2xh100, -b  ZeRO-3's host-bound cases on two H100s at DeepSpeed's 5e8-element reduce buckets
                            (and 1e5) beside ours: the host's time per gradient bucket reduced across ranks
   i26-stage3-buckets-4xh100  the same pairs on four H100s
+  i26-stage3-world4-4xh100, -2xh100, -h100  host-bound ZeRO-3 (the stage3-world cases, Qwen3's pick at 6 x 2,048)
+                           with ours and with 5e8 buckets, on 4, 2 and 1 GPUs of one four-GPU machine: whether the
+                           costs per gather and per bucket grow with the ranks
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -102,6 +105,16 @@ def _bucket_suite(pairs: list[tuple], num_gpus: int) -> dict:
     return {"gpu": "H100", "num_gpus": num_gpus, "settings": [], "steps": 10,
             "ladders": [(model, seq, "3", False, (micro,)) for model, seq, micro, _, _ in pairs],
             "variants": [(model, seq, "3", False, micro, name, zero) for model, seq, micro, name, zero in pairs]}  # fmt: skip
+
+
+def _world_suite(num_gpus: int) -> dict:
+    """Returns the world-size suite on `num_gpus` H100s of one 4-GPU machine: the host-bound ZeRO-3 cases
+    (STAGE3_WORLD_LADDERS, GPT-2's ZeRO-1 for the host floor, Qwen3's pick at 6 x 2,048) at our JSON, then the
+    5e8-bucket pairs of STAGE3_BUCKET_PAIRS (a handful of buckets: the gathers' cost alone)."""
+    ladders = [("gpt2-medium", 1024, "1", False, (4,))] + STAGE3_WORLD_LADDERS + [("qwen3-1.7b", 2048, "3", False, (6,))]
+    variants = [(model, seq, "3", False, micro, name, zero) for model, seq, micro, name, zero in STAGE3_BUCKET_PAIRS
+                if name == "bucket-5e8"]  # fmt: skip
+    return {"gpu": "H100", "num_gpus": num_gpus, "settings": [], "steps": 10, "ladders": ladders, "variants": variants}
 
 
 SUITES = {
@@ -212,6 +225,12 @@ SUITES = {
     # the same five pairs on four GPUs of one host: the bucket's cost where each rank keeps a quarter
     "i26-stage3-buckets-4xh100": _bucket_suite(STAGE3_BUCKET_PAIRS, num_gpus=4),
     "i26-stage3-buckets-b-2xh100": _bucket_suite(STAGE3_BUCKET_PAIRS[3:], num_gpus=2),
+    # Every four-GPU ZeRO-3 run was slower than the constants (fitted on two GPUs of other machines) say, by up to
+    # 31%, the pick of Qwen3-1.7B at 6 x 2,048 by 20%: do the costs per gather and per bucket grow with the ranks,
+    # or was it the machine? The same cases on 4, 2 (--gpus 0,1) and 1 (--gpus 0) GPUs of one machine, in turn
+    "i26-stage3-world4-4xh100": _world_suite(4),
+    "i26-stage3-world4-2xh100": _world_suite(2),
+    "i26-stage3-world4-h100": _world_suite(1),
 }
 
 
