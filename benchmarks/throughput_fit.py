@@ -157,8 +157,8 @@ def predict(c: Features, cal: Calibration) -> float:
     """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
-    fetches = (c.fetches * cal.stage3_seconds_per_fetch + c.gathers * cal.stage3_seconds_per_gather
-               + c.stage3_reductions * cal.stage3_seconds_per_reduction)  # fmt: skip
+    across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
+    fetches = c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
     return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + c.communication_s + c.pcie_s
             + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
@@ -240,19 +240,27 @@ def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
 
 
 GATHER_FIT_ROUNDS = 4
-"""Rounds of fit_gather's alternation between the per-gather and per-reduction times (each a 1-D grid search
-with the other fixed): the two settle to the 0.01 ms grid within three on the committed runs."""
+"""Rounds of fit_gather's alternation between the per-gather and per-reduction times and their growth with the
+ranks (each a 1-D grid search with the others fixed): they settle to their grids within three on the committed
+runs."""
+
+GATHER_GRIDS = (("stage3_seconds_per_gather", 1e-5, 500, 7), ("stage3_seconds_per_reduction", 1e-5, 500, 7),
+                ("stage3_sync_growth_per_doubling", 0.05, 61, 2))  # fmt: skip
+"""fit_gather's constants and their grids (name, step, steps, digits): 0.01 ms up to 5 ms; growth 0 to 3 per
+doubling of the ranks in steps of 0.05."""
 
 
 def fit_gather(cases: list[Features], partial: "Fit") -> Calibration:
     """Returns `partial`'s calibration with the host seconds per ZeRO-3 gather across ranks and per gradient
-    bucket reduced across ranks (several GPUs) minimising squared relative error (0.01 ms grids, fitted in turn
-    GATHER_FIT_ROUNDS times from zero reductions), each case at its host's per-fetch time."""
-    cal = replace(partial.calibration, stage3_seconds_per_reduction=0.0)
+    bucket reduced across ranks (several GPUs), and their growth per doubling of the ranks beyond two, minimising
+    squared relative error (GATHER_GRIDS, fitted in turn GATHER_FIT_ROUNDS times from zero reductions and no
+    growth), each case at its host's per-fetch time. Without runs of more than two GPUs the growth stays 0."""
+    cal = replace(partial.calibration, stage3_seconds_per_reduction=0.0, stage3_sync_growth_per_doubling=0.0)
+    grids = GATHER_GRIDS if any(c.world_size > 2 for c in cases) else GATHER_GRIDS[:2]
     for _ in range(GATHER_FIT_ROUNDS if cases else 0):
-        for name in ("stage3_seconds_per_gather", "stage3_seconds_per_reduction"):
+        for name, step, steps, digits in grids:
             fitted = replace(partial, calibration=cal)
-            cal = fit_host_rate(cases, cal, name, 1e-5, 500, 7, fitted.for_case)
+            cal = fit_host_rate(cases, cal, name, step, steps, digits, fitted.for_case)
     return cal
 
 
@@ -364,7 +372,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
-                 "stage3_seconds_per_reduction",
+                 "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
@@ -406,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({sum(c.strategy == '3' for c in several)} runs)")
     print(f"  stage 3, several GPUs {cal.stage3_seconds_per_reduction * 1e3:.2f} ms more per gradient bucket reduced "
           "across ranks")
+    print(f"  stage 3, several GPUs x{1 + cal.stage3_sync_growth_per_doubling:.2f} on both per doubling of the ranks beyond "
+          f"two ({sum(c.strategy == '3' and c.world_size > 2 for c in several)} runs of more than two)")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     for host, rate in result.host_cpu_adam.items():

@@ -441,6 +441,25 @@ def test_one_rank_skips_zero3s_gathers():
     assert t2.stage3_s - t1.stage3_s == pytest.approx(gathers * 2e-3 + buckets * 3e-3, rel=1e-6)
 
 
+def test_zero3s_gathers_and_buckets_cost_more_per_doubling_of_the_ranks():
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text()), "t")
+    cal = replace(throughput.load_calibration(), stage3_seconds_per_fetch=1e-3, stage3_seconds_per_gather=2e-3,
+                  stage3_seconds_per_reduction=3e-3, stage3_sync_growth_per_doubling=0.5)  # fmt: skip
+    fetches = throughput.stage3_fetches(spec, work(seq_len=16))
+
+    def across(world: int) -> float:
+        w = work(seq_len=16, world_size=world, gpus_per_node=world)
+        return throughput.stage3_gathers(spec, w) * 2e-3 + throughput.stage2_reductions(spec, w) * 3e-3
+
+    for world, factor in ((2, 1.0), (4, 1.5), (8, 2.0)):
+        w = work(seq_len=16, world_size=world, gpus_per_node=world)
+        assert throughput.stage3_host_seconds(spec, w, cal) == pytest.approx(fetches * 1e-3 + across(world) * factor)
+    # no growth: four GPUs' hooks cost what two GPUs' do
+    flat = replace(cal, stage3_sync_growth_per_doubling=0.0)
+    four = work(seq_len=16, world_size=4, gpus_per_node=4)
+    assert throughput.stage3_host_seconds(spec, four, flat) == pytest.approx(fetches * 1e-3 + across(4))
+
+
 def test_zero3s_reductions_follow_the_users_bucket_size():
     """A JSON that leaves reduce_bucket_size out gets DeepSpeed's 5e8 elements: a bucket or two per backward where
     ours (hidden^2) closes one per weight matrix; on several GPUs each costs the host stage3_seconds_per_reduction."""

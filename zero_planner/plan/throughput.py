@@ -19,7 +19,8 @@ GPU is
                                                        GPU hides both where its work is longer; on several GPUs
                                                        plus each gather's: stage3_gathers x stage3_seconds_per_gather,
                                                        and each gradient bucket's reduction: stage2_reductions x
-                                                       stage3_seconds_per_reduction)
+                                                       stage3_seconds_per_reduction, both growing per doubling
+                                                       of the ranks beyond two)
 
 and one optimizer step is accum * micro_s + the optimizer step on the GPU (or CPU Adam with offload) + ZeRO
 collectives between GPUs + PCIe traffic for offload, with no overlap assumed between those. The counts come
@@ -36,6 +37,7 @@ auto`). Pure: numbers in, numbers out; no torch.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
@@ -112,6 +114,13 @@ class Calibration:
     them) but reduces 195 buckets of hidden^2 elements, Qwen3-1.7B gathers 370 and reduces 225. Measured on two
     H100s (2026-11-26 runs, each against the same case on one GPU of the same machine): the backward grew by
     about 0.5 ms per bucket in every family, where its gathers could not explain it."""
+    stage3_sync_growth_per_doubling: float = 0.0
+    """FITTED on runs of several GPUs, with the two above: how much more each ZeRO-3 gather and gradient bucket
+    across ranks costs the host per doubling of the ranks beyond two (their seconds times 1 + this x
+    log2(world / 2)). Each rank's hooks wait at every collective for the slowest rank's: one four-H100 machine
+    ran the same host-bound ZeRO-3 cases on 1, 2 and 4 of its GPUs (2026-11-27) and 10 of 11 took longer on four
+    than on two (median +20%, up to +40%), where the model's GPU and communication terms shrink. Eight GPUs
+    and several nodes are not measured: the logarithm is the assumption there."""
     grouped_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
@@ -756,16 +765,23 @@ def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibr
     """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
     stage3_seconds_per_fetch), plus, where the partitions span several ranks, its gathers (stage3_gathers x
     stage3_seconds_per_gather; one rank skips them) and its gradient buckets' reductions (stage2_reductions x
-    stage3_seconds_per_reduction). `buffers`: a user's JSON's persistence threshold and reduce bucket size (ours
+    stage3_seconds_per_reduction), both growing with the ranks (stage3_sync_growth). `buffers`: a user's JSON's persistence threshold and reduce bucket size (ours
     unless given)."""
     cal = calibration or load_calibration()
     threshold = buffers.param_persistence_threshold if buffers else None
     seconds = stage3_fetches(spec, workload, threshold) * cal.stage3_seconds_per_fetch
     if workload.world_size > 1:
-        seconds += stage3_gathers(spec, workload, threshold) * cal.stage3_seconds_per_gather
         bucket = buffers.reduce_bucket_size if buffers else None
-        seconds += stage2_reductions(spec, workload, bucket=bucket) * cal.stage3_seconds_per_reduction
+        across = (stage3_gathers(spec, workload, threshold) * cal.stage3_seconds_per_gather
+                  + stage2_reductions(spec, workload, bucket=bucket) * cal.stage3_seconds_per_reduction)  # fmt: skip
+        seconds += across * stage3_sync_growth(workload.world_size, cal)
     return seconds
+
+
+def stage3_sync_growth(world_size: int, calibration: Calibration) -> float:
+    """Returns the factor on ZeRO-3's host seconds per gather and per bucket across `world_size` ranks over two
+    ranks' (1 at two; Calibration.stage3_sync_growth_per_doubling per doubling beyond)."""
+    return 1.0 + calibration.stage3_sync_growth_per_doubling * math.log2(max(world_size, 2) / 2)
 
 
 @lru_cache(maxsize=64)
