@@ -46,6 +46,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-stage3-world4-4xh100, -2xh100, -h100  host-bound ZeRO-3 (the stage3-world cases, Qwen3's pick at 6 x 2,048)
                            with ours and with 5e8 buckets, on 4, 2 and 1 GPUs of one four-GPU machine: whether the
                            costs per gather and per bucket grow with the ranks
+  i26-stage3-world4-b-2xh100, -b-4xh100  the same less Gemma 2 and Mistral's micro-batch 2, on a second machine
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -107,11 +108,15 @@ def _bucket_suite(pairs: list[tuple], num_gpus: int) -> dict:
             "variants": [(model, seq, "3", False, micro, name, zero) for model, seq, micro, name, zero in pairs]}  # fmt: skip
 
 
-def _world_suite(num_gpus: int) -> dict:
+def _world_suite(num_gpus: int, short: bool = False) -> dict:
     """Returns the world-size suite on `num_gpus` H100s of one 4-GPU machine: the host-bound ZeRO-3 cases
     (STAGE3_WORLD_LADDERS, GPT-2's ZeRO-1 for the host floor, Qwen3's pick at 6 x 2,048) at our JSON, then the
-    5e8-bucket pairs of STAGE3_BUCKET_PAIRS (a handful of buckets: the gathers' cost alone)."""
+    5e8-bucket pairs of STAGE3_BUCKET_PAIRS (a handful of buckets: the gathers' cost alone). `short`: without
+    Gemma 2 and Mistral's micro-batch 2 (the slowest to start; both worlds must fit one device call)."""
     ladders = [("gpt2-medium", 1024, "1", False, (4,))] + STAGE3_WORLD_LADDERS + [("qwen3-1.7b", 2048, "3", False, (6,))]
+    if short:
+        ladders = [(m, seq, st, gc, (1,) if m == "mistral-7b-8l" else micros) for m, seq, st, gc, micros in ladders
+                   if m != "gemma2-2b"]  # fmt: skip
     variants = [(model, seq, "3", False, micro, name, zero) for model, seq, micro, name, zero in STAGE3_BUCKET_PAIRS
                 if name == "bucket-5e8"]  # fmt: skip
     return {"gpu": "H100", "num_gpus": num_gpus, "settings": [], "steps": 10, "ladders": ladders, "variants": variants}
@@ -231,6 +236,9 @@ SUITES = {
     "i26-stage3-world4-4xh100": _world_suite(4),
     "i26-stage3-world4-2xh100": _world_suite(2),
     "i26-stage3-world4-h100": _world_suite(1),
+    # the same on a second four-GPU machine, two GPUs first
+    "i26-stage3-world4-b-2xh100": _world_suite(2, short=True),
+    "i26-stage3-world4-b-4xh100": _world_suite(4, short=True),
 }
 
 
