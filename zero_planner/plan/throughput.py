@@ -117,10 +117,10 @@ class Calibration:
     stage3_sync_growth_per_doubling: float = 0.0
     """FITTED on runs of several GPUs, with the two above: how much more each ZeRO-3 gather and gradient bucket
     across ranks costs the host per doubling of the ranks beyond two (their seconds times 1 + this x
-    log2(world / 2)). Each rank's hooks wait at every collective for the slowest rank's: one four-H100 machine
-    ran the same host-bound ZeRO-3 cases on 1, 2 and 4 of its GPUs (2026-11-27) and 10 of 11 took longer on four
-    than on two (median +20%, up to +40%), where the model's GPU and communication terms shrink. Eight GPUs
-    and several nodes are not measured: the logarithm is the assumption there."""
+    log2(world / 2)). Each rank's hooks wait at every collective for the slowest rank's. Two four-H100 machines
+    ran the same host-bound ZeRO-3 cases on 2 and on 4 of their GPUs (2026-11-27): 17 of 20 took longer on four
+    (median +11%: +22% on one machine, +7% on the other; up to +58%), where the model's GPU and communication
+    terms shrink. Eight GPUs and several nodes are not measured: the logarithm is the assumption there."""
     grouped_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
