@@ -103,7 +103,9 @@ class Calibration:
     all_gather_coalesced returns _no_gather_coalesced); on several it allocates the gathered buffer, launches
     the all-gather on its own stream and, waiting on the handle, splits the buffer into the parameters (the
     backward's gradient buckets are stage3_seconds_per_reduction's). Host Python and launches, like the per-fetch
-    time."""
+    time. Fitted with the buckets' time and its growth (2026-11-27) it is 0: the step times do not separate
+    gathers from buckets, and the runs at DeepSpeed's 5e8 buckets (all the gathers, a few buckets; not fitted)
+    are predicted closest without it."""
     stage3_seconds_per_reduction: float = 0.0
     """FITTED on runs of several GPUs, with stage3_seconds_per_gather: the host seconds of one gradient bucket
     ZeRO-3 reduces across the ranks in backward (stage2_reductions: stage3.py
