@@ -9,8 +9,9 @@ the model's constants from the same cases. Exit status 1 when the errors stored 
 than half a point: the stated error must be today's (refresh: `python benchmarks/throughput_fit.py --write`, or
 `--write-errors` to keep the constants).
 Cases of several GPUs (each alone on its machine) are shown apart, with their own plan quality and their own
-leave-one-family-out errors: the constants are fitted on one GPU but ZeRO-3's gather time per fetch (DeepSpeed
-skips the gather on one rank), so they test the communication terms and the rest out of sample.
+leave-one-family-out errors: the constants are fitted on one GPU but ZeRO-3's times per gather and per bucket across
+ranks and their growth with the ranks (DeepSpeed skips the gather on one rank), so they test the communication terms
+and the rest out of sample.
 
     python benchmarks/throughput_check.py [--min-tokens 4096]
 """
@@ -267,8 +268,8 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
         print(f"  {'family':10s} {'n':>3s}  {'in-sample median':>16s} {'max':>5s}   {'out-of-family median':>20s} {'max':>5s}  range")
         _family_table(one, every, every_in, every_out, "   (targets out of family: median <= 10%, max <= 25%)")
         if several:
-            print("\n  several GPUs (the ZeRO-3 gather and their hosts' CPU Adam fitted on them, the rest on one GPU), "
-                  "the same way:")
+            print("\n  several GPUs (ZeRO-3's gathers, buckets and their growth, and their hosts' CPU Adam fitted on them, "
+                  "the rest on one GPU), the same way:")
             _family_table(several, every, every_in, every_out)
     i_med, i_max = _stats([every_in[i] for i in one])
     o_med, o_max = _stats([every_out[i] for i in one])
@@ -324,7 +325,7 @@ def several_gpus(min_tokens: int) -> list[float]:
     if not cases:
         return []
     print(f"\nseveral GPUs, each case alone on its machine, with the committed constants (all fitted on one GPU but the "
-          f"ZeRO-3 gather's time per fetch; the H100 host's CPU Adam rate on every host, as zero-plan without --gpus "
+          f"ZeRO-3 gather's and bucket's times across ranks and their growth; the H100 host's CPU Adam rate on every host, as zero-plan without --gpus "
           f"auto; out-of-family figures above, each host at its own rate)")
     case_table(cases)
     error_table(cases, "predicted / measured tokens/s - 1 on several GPUs, per strategy")
