@@ -36,6 +36,10 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-host-h100            host-bound cases (small micro-batches: the layer floor, ZeRO-2's buckets, ZeRO-3's
                            fetches) run beside benchmarks/host_probe.py on one machine; --gpus 0
   i26-qwen3-2xh100         every fitting candidate of Qwen3-1.7B at 2,048 tokens on two H100s, 8 steps
+  i26-gemma2-2xh100        every fitting candidate of Gemma 2 2B at 2,048 tokens on two H100s, 8 steps
+  i26-moe-small-2xh100     the same of the small-expert mixture (i26-moe-small-h100's model) on two H100s
+  i26-rates-2xh200, -h200  five of those two sweeps' cases on two GPUs and on one of one machine, then
+                           benchmarks/kernel_rates.py: the GPU's rates or the second GPU
   i26-stage3-world-2xh100  host-bound ZeRO-3 (small micro-batches of GPT-2 medium, Mistral-7B 8 layers, Llama 3.2
                            1B, Qwen3-1.7B, Gemma 2 2B) on two H100s: the gather's host time per fetch
   i26-stage3-world-h100    the same cases on one GPU of that machine (--gpus 0), run right after
@@ -83,6 +87,10 @@ STAGE3_WORLD_LADDERS = [("gpt2-medium", 1024, "3", False, (4,)), ("mistral-7b-8l
                         ("llama3.2-1b", 2048, "3", False, (2,)), ("qwen3-1.7b", 4096, "3", False, (1,)),
                         ("gemma2-2b", 1024, "3", False, (4,))]
 """Host-bound ZeRO-3 cases (model, seq, stage, checkpointing, micro-batches) run on one GPU and on two."""
+
+RATES_LADDERS = [("mixtral-32e-top8", 2048, "0", False, (18,)), ("gemma2-2b", 2048, "0", False, (1, 2)),
+                 ("gemma2-2b", 2048, "1", False, (2,)), ("gemma2-2b", 2048, "2", False, (2,))]
+"""Cases of the two-H200 sweeps (2026-11-27) run on one GPU and on two of one machine (i26-rates-*)."""
 
 USER_ZERO2 = [("llama3.2-1b", 2048, (2, 8)), ("qwen3-1.7b", 4096, (1, 2)), ("gpt2-medium", 1024, (8,))]
 DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce_scatter": True,
@@ -182,6 +190,16 @@ SUITES = {
     # the two-GPU sweeps' settings on four GPUs of one host: the world size the several-GPU figures had not seen
     "i26-qwen3-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("qwen3-1.7b", 2048)], "ladders": [], "steps": 8},
     "i26-llama1b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("llama3.2-1b", 2048)], "ladders": [], "steps": 8},
+    # the families with fewest cases on several GPUs, at every fitting candidate: Gemma 2 (a 256k vocabulary: its
+    # picks are micro-batches of 1-10) and a mixture of small experts (no MoE had run on several GPUs)
+    "i26-gemma2-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("gemma2-2b", 2048)], "ladders": [], "steps": 8},
+    # on two H200s the small-expert mixture ran 14-18% slower than predicted at every candidate (Gemma 2 5-8%) and
+    # Gemma 2's ZeRO-1 at 2 x 2,048 30%: the same cases on one GPU of one machine and on two (--gpus 0, then both),
+    # then benchmarks/kernel_rates.py there: the GPU's rate, or the second GPU?
+    "i26-rates-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "steps": 10, "ladders": RATES_LADDERS},
+    "i26-rates-h200": {"gpu": "H200", "settings": [], "steps": 10, "ladders": RATES_LADDERS},
+    "i26-moe-small-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("mixtral-32e-top8", 2048)], "ladders": [],
+                             "steps": 8},
     "i26-stage2-ladder-2xh100": {
         "gpu": "H100",
         "num_gpus": 2,
