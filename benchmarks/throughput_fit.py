@@ -143,7 +143,7 @@ def features(case, base: Calibration | None = None) -> Features:
 
 def gpu_seconds(c: Features, cal: Calibration) -> float:
     """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
-    f, h = cal.matmul_fraction, cal.memory_fraction
+    f, h = cal.matmul_fraction, cal.memory_fraction_for(c.gpu)
     gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
     return gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
 
@@ -159,7 +159,7 @@ def predict(c: Features, cal: Calibration) -> float:
     two agree on every committed case)."""
     across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
     fetches = c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
-    optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction
+    optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
     return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + c.communication_s + c.pcie_s
             + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
 
@@ -264,6 +264,28 @@ def fit_gather(cases: list[Features], partial: "Fit") -> Calibration:
     return cal
 
 
+GPU_MEMORY_FRACTIONS = tuple(round(0.2 + 0.005 * i, 3) for i in range(161))
+"""The grid of fit_gpu_memory: device-memory fractions 0.2 to 1.0."""
+
+
+def fit_gpu_memory(cases: list[Features], partial: "Fit") -> float | None:
+    """Returns the device-memory fraction (achieved / catalog bandwidth of the memory-bound kernels, GEMM operands and
+    the optimizer step) that predicts `cases` of one GPU other than the reference with the least median |error|,
+    every other constant at `partial`'s; None without cases. Only the cases the GPU's work sets can show it: no
+    offload, the host's time below half the GPU's."""
+    shown = [c for c in cases if c.pcie_s == 0 and not c.cpu_adam_params
+             and host_seconds(c, partial.for_case(c)) + c.fetches * partial.for_case(c).stage3_seconds_per_fetch
+             < 0.5 * gpu_seconds(c, partial.for_case(c))]  # fmt: skip
+    if not shown:
+        return None
+
+    def error(h: float) -> float:
+        return statistics.median(abs(c.measured_s / predict(c, replace(partial.for_case(c), gpu_memory_fractions=((c.gpu, h),))) - 1)
+                                 for c in shown)  # fmt: skip
+
+    return min(GPU_MEMORY_FRACTIONS, key=error)
+
+
 def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
     """Returns CPU Adam parameters/s: least squares of (t - rest)/t = p/rate/t in 1/rate; None without cases."""
     rest = replace(cal, cpu_adam_params_per_s_per_node=float("inf"))
@@ -283,11 +305,14 @@ class Fit:
     host_cpu_adam: dict[str, float]
     host_stage3: dict[str, float] = field(default_factory=dict)
     host_stage2: dict[str, float] = field(default_factory=dict)
+    gpu_memory: dict[str, float] = field(default_factory=dict)
+    """Device-memory fraction of each GPU other than the reference whose runs this fit saw (fit_gpu_memory)."""
 
     def for_case(self, c: Features) -> Calibration:
         """Returns the calibration to predict `c` with: the fitted one, with its host's rates where this fit saw
-        runs of that host that show them (otherwise the reference host's)."""
-        cal = self.calibration
+        runs of that host that show them (otherwise the reference host's), and its GPU's device-memory fraction
+        where this fit saw that GPU's runs."""
+        cal = replace(self.calibration, gpu_memory_fractions=tuple(sorted(self.gpu_memory.items())))
         rate = self.host_cpu_adam.get(c.host)
         if rate:
             cal = cal.with_cpu_adam(rate, "fitted")
@@ -312,7 +337,7 @@ def host_bound_launches(c: Features, cal: Calibration) -> bool:
 
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
     """Returns the Fit of `cases`: GPU constants on the reference GPU's runs, CPU Adam per host on all hosts'."""
-    base = base or load_calibration()
+    base = replace(base or load_calibration(), gpu_memory_fractions=())  # each fit fits its own (fit_gpu_memory)
     reference_gpu = reference_gpu or base.reference_gpu
     several = [c for c in cases if c.world_size > 1]
     cases = [c for c in cases if c.world_size == 1]
@@ -347,8 +372,17 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
             rates[host] = rate
     if reference_host in rates:
         cal = cal.with_cpu_adam(round(rates[reference_host], -6), "catalog")
+    # Each other GPU's device-memory rate, on its own runs (one GPU and several): the catalog's bandwidth at the
+    # reference GPU's fraction overstated the H200's (two H200s, 2026-11-27: a mixture of small experts 14-18%
+    # slower than predicted at every candidate; benchmarks/kernel_rates.py there: memory-bound grouped GEMMs 0.94-1.23x
+    # the H100's time where the catalog's bandwidths say 0.70x)
+    gpu_memory: dict[str, float] = {}
+    for gpu in sorted({c.gpu for c in cases + several} - {reference_gpu}):
+        fraction = fit_gpu_memory([c for c in cases + several if c.gpu == gpu], Fit(cal, rates, stage3, stage2))
+        if fraction:
+            gpu_memory[gpu] = fraction
     # ZeRO-3's gather on several GPUs, the one-GPU terms (and each host's per-fetch time) fixed
-    cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2))
+    cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2, gpu_memory))
     # A host seen only in runs of several GPUs (the lent 2- and 4-GPU machines) gets its CPU Adam rate from those
     # runs' offload cases, as every one-GPU host does from its own: the optimizer step is the node's CPU Adam
     # (Llama 3.2 1B's took 0.38-0.41 s on two GPUs and on four, 2026-11-26), a property of the host that
@@ -357,7 +391,7 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
         rate = fit_cpu_adam([c for c in several if c.host == host and "offload" in c.strategy], cal)
         if rate:
             rates[host] = rate
-    return Fit(cal, rates, stage3, stage2)
+    return Fit(cal, rates, stage3, stage2, gpu_memory)
 
 
 def summary(errors: list[float]) -> str:
@@ -377,6 +411,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
         data[name] = getattr(cal, name)
+    data["gpu_memory_fraction"] = dict(cal.gpu_memory_fractions)
     data["error"] = error
     path.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -424,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  stage 3 on {host:8s} {seconds * 1e3:.2f} ms host time per fetched tensor")
     for host, seconds in result.host_stage2.items():
         print(f"  stage 2 on {host:8s} {seconds * 1e3:.2f} ms host time per reduced bucket")
+    for gpu, fraction in result.gpu_memory.items():
+        print(f"  achieved HBM on {gpu:8s} {fraction:.3f} of its catalog bandwidth (gpu_memory_fraction)")
     print("\nstep time predicted / measured - 1 with these constants (tokens/s error is about the same, sign flipped):")
     for label, subset in (("stages 0-2", [c for c in ref if c.strategy in ("0", "1", "2")]),
                           ("stage 3", [c for c in ref if c.strategy == "3"]),
@@ -431,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                           ("several GPUs", several)):  # fmt: skip
         print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
     if args.write or args.write_errors:
-        kept = load_calibration() if args.write_errors else cal
+        kept = load_calibration() if args.write_errors else replace(cal, gpu_memory_fractions=tuple(sorted(result.gpu_memory.items())))
         error = validate(measured_cases(args.min_tokens, gpus=None), quiet=True, base=kept)
         write_calibration(kept, error)
         print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "

@@ -117,6 +117,21 @@ def test_every_gpu_scales_its_peaks_by_the_reference_gpus_measured_fractions():
     assert 0 < cal.memory_fraction <= 1 and 0 < cal.attention_fraction <= 1
 
 
+def test_a_gpu_with_its_own_fitted_memory_fraction_uses_it():
+    cal = throughput.load_calibration()
+    h200, a100 = find_gpu("H200"), find_gpu("A100-80GB")
+    own = cal.memory_fraction_for(h200.name)
+    assert own != cal.memory_fraction  # fitted on the H200's runs (catalog/step_time.json gpu_memory_fraction)
+    assert throughput.memory_bytes_per_s(h200) == h200.memory_bandwidth_bytes_per_s * own
+    assert cal.memory_fraction_for(a100.name) == cal.memory_fraction  # no runs: the reference GPU's
+    # the memory-bound part of a step, and the optimizer's, scale with it; the matmuls do not
+    base = replace(cal, gpu_memory_fractions=())
+    slow = estimate_step_time(TOY, STRATEGIES["0"], h200, work(), base)
+    fitted = estimate_step_time(TOY, STRATEGIES["0"], h200, work(), cal)
+    assert fitted.optimizer_s == pytest.approx(slow.optimizer_s * cal.memory_fraction / own)
+    assert throughput.matmul_flops_per_s(h200, "bf16", cal) == throughput.matmul_flops_per_s(h200, "bf16", base)
+
+
 def test_a_refitted_calibration_replaces_every_constant():
     cal = throughput.load_calibration()
     slower = replace(cal, matmul_fraction=cal.matmul_fraction / 2, attention_fraction=cal.attention_fraction / 2,

@@ -131,6 +131,13 @@ class Calibration:
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
     s per step on an H100 where its GPU work is about 0.05 s (2026-11-26)."""
+    gpu_memory_fractions: tuple[tuple[str, float], ...] = ()
+    """FITTED on the runs of GPUs other than the reference (throughput_fit.fit_gpu_memory): (catalog GPU name, its own
+    device-memory fraction), which replaces memory_fraction for that GPU. The catalog's bandwidth at the reference
+    GPU's fraction overstated the H200's: on two H200s (2026-11-27) a mixture of small experts ran 14-18% slower
+    than predicted at every candidate and Gemma 2 5-8%, and benchmarks/kernel_rates.py there timed memory-bound
+    grouped GEMMs at 0.94-1.23x the H100's time where 4.8 against 3.35 TB/s says 0.70x. GPUs without runs keep
+    the reference fraction."""
     cpu_adam_source: str = "catalog"
     """`catalog` (the reference host's fitted rate) or `measured` (this machine, host_rates.py)."""
     median_error: float = 0.0
@@ -156,6 +163,11 @@ class Calibration:
             return self.several_gpus_median_error, self.several_gpus_max_error
         return self.median_error, self.max_error
 
+    def memory_fraction_for(self, gpu_name: str) -> float:
+        """Returns the device-memory fraction of the catalog GPU `gpu_name`: its own where fitted
+        (gpu_memory_fractions), else the reference GPU's."""
+        return dict(self.gpu_memory_fractions).get(gpu_name, self.memory_fraction)
+
     def with_cpu_adam(self, params_per_s: float, source: str = "measured") -> "Calibration":
         """Returns this calibration with the host's CPU Adam rate replaced (a measurement on this machine)."""
         return replace(self, cpu_adam_params_per_s_per_node=float(params_per_s), cpu_adam_source=source)
@@ -172,6 +184,7 @@ def load_calibration() -> Calibration:
     error = data.get("error", {})
     names = {f.name for f in fields(Calibration)}
     values = {k: v for k, v in data.items() if k in names}
+    values["gpu_memory_fractions"] = tuple(sorted((str(k), float(v)) for k, v in data.get("gpu_memory_fraction", {}).items()))
     values.update(
         median_error=error.get("out_of_family_median", 0.0),
         max_error=error.get("out_of_family_max", 0.0),
@@ -670,8 +683,10 @@ def attention_flops_per_s(gpu: GPU, precision: str, calibration: Calibration | N
 
 def memory_bytes_per_s(gpu: GPU, calibration: Calibration | None = None) -> float:
     """Returns the device-memory rate the step's memory-bound kernels and GEMM operands reach on `gpu`, in
-    bytes/s: the catalog bandwidth times the reference GPU's measured ratio."""
-    return gpu.memory_bandwidth_bytes_per_s * reference_fractions(calibration)[1]
+    bytes/s: the catalog bandwidth times the GPU's own fitted ratio where its runs gave one
+    (Calibration.gpu_memory_fractions: the H200), else the reference GPU's."""
+    cal = calibration or load_calibration()
+    return gpu.memory_bandwidth_bytes_per_s * cal.memory_fraction_for(gpu.name)
 
 
 def stage3_fetches(spec: ModelSpec, workload: Workload, persistence_threshold: int | None = None) -> int:
