@@ -255,7 +255,8 @@ def run_total(est, phases) -> int:
 
 def after_init_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
     """Prints gpu_step's peak from the start of the process to the end of deepspeed.initialize (after_init)
-    against the larger of the predicted load and initialize peaks; returns failures (beyond OP_MAX_LIMIT).
+    against the larger of the predicted load and initialize peaks; returns failures (beyond OP_MAX_LIMIT and
+    PHASE_SLACK_BYTES).
 
     ZeRO-1/2 reset the peak counters inside initialize (deepspeed/runtime/utils.py empty_cache() calls
     reset_peak_memory_stats before flattening the weights), so for those stages only the initialize phase is
@@ -274,9 +275,11 @@ def after_init_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         error = (predicted - measured) / measured
         method = case.get("method", "full")
         errors[method].append(error)
+        # a GPU that holds next to nothing after initialize (3-offload-all: 0.13-0.14 GiB) is compared in bytes
+        beyond = abs(error) > OP_MAX_LIMIT and abs(predicted - measured) > PHASE_SLACK_BYTES
         known = (KNOWN_INIT_MISSES.get(method) or known_miss(KNOWN_INIT_CASE_MISSES, row["id"])
-                 if abs(error) > OP_MAX_LIMIT else None)
-        if abs(error) > OP_MAX_LIMIT and not known:
+                 if beyond else None)
+        if beyond and not known:
             failures.append(f"{row['id']}: load + initialize peak {measured / GiB:.2f} GiB, predicted "
                             f"{predicted / GiB:.2f} ({error:+.1%})")  # fmt: skip
         if verbose or abs(error) > OP_MAX_LIMIT:
