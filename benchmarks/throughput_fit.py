@@ -78,7 +78,7 @@ class Features:
     gathers: int = 0
     """ZeRO-3's gathers across ranks (several GPUs; throughput.stage3_gathers); 0 on one GPU, where DeepSpeed skips them."""
     communication_s: float = 0.0
-    """ZeRO's collectives between GPUs per step at the link's catalog bandwidth (throughput.communication_bytes)."""
+    """ZeRO's collectives between GPUs per step at NCCL's measured rate (throughput.communication_seconds)."""
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
@@ -136,8 +136,7 @@ def features(case, base: Calibration | None = None) -> Features:
         world_size=workload.world_size,
         gathers=throughput.stage3_gathers(spec, workload) if stage3_across_ranks else 0,
         stage3_reductions=throughput.stage2_reductions(spec, workload) if stage3_across_ranks else 0,
-        communication_s=(throughput.communication_bytes(spec, strategy, workload)
-                         / throughput.link_bandwidth_bytes_per_s(gpu, workload)),  # fmt: skip
+        communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
     )
 
 
@@ -409,7 +408,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
                  "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer",
                  "cpu_adam_params_per_s_per_node",
-                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction"):  # fmt: skip
+                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction"):  # fmt: skip
         data[name] = getattr(cal, name)
     data["gpu_memory_fraction"] = dict(cal.gpu_memory_fractions)
     data["error"] = error

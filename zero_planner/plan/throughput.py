@@ -131,6 +131,12 @@ class Calibration:
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
     s per step on an H100 where its GPU work is about 0.05 s (2026-11-26)."""
+    link_fraction: float = 1.0
+    """MEASURED (benchmarks/nccl_rates.py): NCCL's achieved bus bandwidth over the catalog's intra-node link, fitted
+    with a time per call (20 us, not used: communication_seconds says why) to every collective it timed (all-reduce,
+    reduce, all-gather, reduce-scatter of bf16, 4 MiB to 1 GiB per rank, 2 and 4 H100s of one host, NVLink 4,
+    2026-11-27; `python benchmarks/nccl_rates.py --fit` on their JSONs): 319 GB/s of the catalog's 450, median |error|
+    11% over those timings. Other links (NVLink 3, PCIe, across nodes) are assumed to reach the same share."""
     gpu_memory_fractions: tuple[tuple[str, float], ...] = ()
     """FITTED on the runs of GPUs other than the reference (throughput_fit.fit_gpu_memory): (catalog GPU name, its own
     device-memory fraction), which replaces memory_fraction for that GPU. The catalog's bandwidth at the reference
@@ -853,14 +859,29 @@ def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = 
     return reductions + (1 if elements else 0)
 
 
-def link_bandwidth_bytes_per_s(gpu: GPU, workload: Workload) -> float:
-    """Returns the bandwidth a ring collective runs at: the intra-node link, or the slower node-to-node link
-    when the job spans nodes (in a ring every link carries the same bytes, so the slowest one sets the pace)."""
-    bandwidth = float(gpu.intra_node_bandwidth_bytes_per_s)
+def link_bandwidth_bytes_per_s(gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the bandwidth a ring collective runs at: the intra-node link at NCCL's measured share of it
+    (Calibration.link_fraction), or the slower node-to-node link when the job spans nodes (in a ring every link
+    carries the same bytes, so the slowest one sets the pace)."""
+    cal = calibration or load_calibration()
+    bandwidth = float(gpu.intra_node_bandwidth_bytes_per_s) * cal.link_fraction
     if workload.world_size > workload.gpus_per_node:
         inter = getattr(gpu, "inter_node_bandwidth_bytes_per_s", None) or INTER_NODE_BANDWIDTH_BYTES_PER_S
         bandwidth = min(bandwidth, float(inter))
     return bandwidth
+
+
+def communication_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                          calibration: Calibration | None = None) -> float:
+    """Returns the seconds of ZeRO's collectives per optimizer step (0 on one GPU): communication_bytes at the link's
+    achieved bandwidth (link_bandwidth_bytes_per_s: NCCL's measured share of the catalog's link).
+
+    NCCL's time per call beyond its bytes (20 us measured by benchmarks/nccl_rates.py) is not added: ZeRO-1/2 send a
+    gradient bucket at a time, so it would cost them 5-15 ms per step on two GPUs, and with it Llama 3.2 1B's ZeRO-3
+    at 10 x 2,048 on two H100s, whose step the model has 37% short for reasons not found, becomes the pick (measured
+    0.71 of the best)."""
+    cal = calibration or load_calibration()
+    return communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload, cal)
 
 
 def communication_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload) -> float:
@@ -1011,7 +1032,7 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     stage3_s = accum * max(0.0, launches_s + fetches_s - max(gpu_s, launches_s))
     host_bound_s = accum * max(0.0, launches_s - gpu_s)
     optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
-    communication_s = communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload)
+    communication_s = communication_seconds(spec, strategy, gpu, workload, cal)
     offload_s = offload_seconds(spec, strategy, gpu, workload, cal)
     step_s = compute_s + host_bound_s + stage3_s + optimizer_s + communication_s + offload_s
     tokens = workload.micro_batch_size * workload.seq_len * accum * workload.world_size
