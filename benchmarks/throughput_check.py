@@ -102,10 +102,12 @@ def timed_steps(row: dict) -> list[float]:
 
 
 def most_steps(rows: list[dict]) -> list[dict]:
-    """Returns the rows less those whose case ran again with more timed steps on the same GPU model (a rerun,
-    benchmarks/timing_suite.py: three timed steps did not settle a median); runs of equal length all stay."""
+    """Returns the rows less those whose case ran again with more timed steps on the same GPU model in the same
+    planned role (a rerun, benchmarks/timing_suite.py: three timed steps did not settle a median; it keeps the
+    case's role); runs of equal length all stay, and so does a sweep's pick that a later suite ran as a ladder case
+    (i26-llama1b-z3-2xh100: the same case on another machine, not a rerun of the sweep's)."""
     def key(row: dict) -> tuple:
-        return row["id"], row["provenance"]["gpu"]
+        return row["id"], row["provenance"]["gpu"], (row["case"].get("planned") or {}).get("role")
 
     longest: dict[tuple, int] = defaultdict(int)
     for row in rows:

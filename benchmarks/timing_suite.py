@@ -38,6 +38,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-qwen3-2xh100         every fitting candidate of Qwen3-1.7B at 2,048 tokens on two H100s, 8 steps
   i26-gemma2-2xh100        every fitting candidate of Gemma 2 2B at 2,048 tokens on two H100s, 8 steps
   i26-moe-small-2xh100     the same of the small-expert mixture (i26-moe-small-h100's model) on two H100s
+  i26-llama1b-z3-2xh100    Llama 3.2 1B's ZeRO-3 at 9 and 10 x 2,048 and ZeRO-1 at 10 on two H100s, again
   i26-rates-2xh200, -h200  five of those two sweeps' cases on two GPUs and on one of one machine, then
                            benchmarks/kernel_rates.py: the GPU's rates or the second GPU
   i26-stage3-world-2xh100  host-bound ZeRO-3 (small micro-batches of GPT-2 medium, Mistral-7B 8 layers, Llama 3.2
@@ -198,6 +199,11 @@ SUITES = {
     # then benchmarks/kernel_rates.py there: the GPU's rate, or the second GPU?
     "i26-rates-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "steps": 10, "ladders": RATES_LADDERS},
     "i26-rates-h200": {"gpu": "H200", "settings": [], "steps": 10, "ladders": RATES_LADDERS},
+    # the ZeRO-3 candidate the model has 37% short on two H100s (Llama 3.2 1B at 10 x 2,048, 3 allocator retries in
+    # the sweep of 2026-11-26) beside the pick it is ranked against and the micro-batch below, on another machine;
+    # 8 steps as that sweep, so that both machines' runs count
+    "i26-llama1b-z3-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [], "steps": 8,
+                              "ladders": [("llama3.2-1b", 2048, "1", False, (10,)), ("llama3.2-1b", 2048, "3", False, (9, 10))]},
     "i26-moe-small-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("mixtral-32e-top8", 2048)], "ladders": [],
                              "steps": 8},
     "i26-stage2-ladder-2xh100": {
