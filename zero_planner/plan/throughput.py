@@ -878,8 +878,8 @@ def communication_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workloa
 
     NCCL's time per call beyond its bytes (20 us measured by benchmarks/nccl_rates.py) is not added: ZeRO-1/2 send a
     gradient bucket at a time, so it would cost them 5-15 ms per step on two GPUs, and with it Llama 3.2 1B's ZeRO-3
-    at 10 x 2,048 on two H100s, whose step the model has 37% short for reasons not found, becomes the pick (measured
-    0.71 of the best)."""
+    at 10 x 2,048 on two H100s becomes the pick (measured 0.71 of the best): the model has that step 37% short, as
+    it does not know the memory edge (3 allocator retries at 74.0 of 79.2 GiB on two machines, 2026-11-26/27)."""
     cal = calibration or load_calibration()
     return communication_bytes(spec, strategy, workload) / link_bandwidth_bytes_per_s(gpu, workload, cal)
 
