@@ -25,18 +25,22 @@ import datetime as dt
 import json
 import os
 import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from zero_planner.hardware import find_gpu  # noqa: E402
 
 SIZES = [2**k for k in range(18, 31)]
 """Bytes per rank's message: 256 KiB .. 1 GiB."""
 WARMUP, ITERS, REPEATS = 5, 20, 3
 MIN_FIT_BYTES = 2**22
 """Smaller messages are latency alone (and a reduce-scatter of 256 KiB took 0.36 ms once): left out of the fit."""
-CATALOG_LINK_BYTES_PER_S = 450e9
-"""The catalog's intra-node link of the H100 and H200 (NVLink 4, each way): what link_fraction is a share of."""
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -75,19 +79,24 @@ def time_op(op: str, size: int, n: int) -> float:
     return statistics.median(runs)
 
 
-def fit(paths: list[str]) -> tuple[float, float, float]:
-    """Returns (seconds per call, bus bytes per second, median |relative error|) fitted to every timing in `paths`
-    (this script's JSON) of at least MIN_FIT_BYTES per rank."""
-    rows = []
+def fit(paths: list[str]) -> tuple[float, float, float, float]:
+    """Returns (seconds per call, bus bytes per second, that bandwidth's share of the catalog GPU's intra-node link,
+    median |relative error|) fitted to every timing in `paths` (this script's JSON, one GPU model) of at least
+    MIN_FIT_BYTES per rank."""
+    rows, gpus = [], set()
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        gpus.add(find_gpu(data["gpu"].replace("NVIDIA ", "").split()[0]).name)
         n = data["world_size"]
         rows += [(r["bytes"] * bus_factor(r["op"], n), r["seconds"]) for r in data["rows"] if r["bytes"] >= MIN_FIT_BYTES]
+    if len(gpus) != 1:
+        raise SystemExit(f"nccl_rates.py --fit: give timings of one GPU model, not {sorted(gpus)}")
     a = np.array([[1 / t, size / t] for size, t in rows])
     (latency, per_byte), *_ = np.linalg.lstsq(a, np.ones(len(rows)), rcond=None)
     error = statistics.median(abs((latency + size * per_byte) / t - 1) for size, t in rows)
-    return float(latency), float(1 / per_byte), float(error)
+    link = find_gpu(gpus.pop()).intra_node_bandwidth_bytes_per_s
+    return float(latency), float(1 / per_byte), float(1 / per_byte / link), float(error)
 
 
 def main() -> int:
@@ -96,9 +105,9 @@ def main() -> int:
     parser.add_argument("--fit", nargs="+", help="fit latency and bandwidth to these JSONs instead")
     args = parser.parse_args()
     if args.fit:
-        latency, bandwidth, error = fit(args.fit)
+        latency, bandwidth, share, error = fit(args.fit)
         print(f"{latency * 1e6:.1f} us per call, {bandwidth / 1e9:.0f} GB/s bus bandwidth "
-              f"({bandwidth / CATALOG_LINK_BYTES_PER_S:.2f} of the catalog's link: link_fraction), "
+              f"({share:.2f} of the catalog's link: link_fraction), "
               f"median |error| {error:.1%}")
         return 0
     if not args.out:

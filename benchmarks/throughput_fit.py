@@ -272,15 +272,15 @@ def fit_gpu_memory(cases: list[Features], partial: "Fit") -> float | None:
     the optimizer step) that predicts `cases` of one GPU other than the reference with the least median |error|,
     every other constant at `partial`'s; None without cases. Only the cases the GPU's work sets can show it: no
     offload, the host's time below half the GPU's."""
-    shown = [c for c in cases if c.pcie_s == 0 and not c.cpu_adam_params
-             and host_seconds(c, partial.for_case(c)) + c.fetches * partial.for_case(c).stage3_seconds_per_fetch
-             < 0.5 * gpu_seconds(c, partial.for_case(c))]  # fmt: skip
+    calibrated = [(c, partial.for_case(c)) for c in cases if c.pcie_s == 0 and not c.cpu_adam_params]
+    shown = [(c, cal) for c, cal in calibrated
+             if host_seconds(c, cal) + c.fetches * cal.stage3_seconds_per_fetch < 0.5 * gpu_seconds(c, cal)]
     if not shown:
         return None
 
     def error(h: float) -> float:
-        return statistics.median(abs(c.measured_s / predict(c, replace(partial.for_case(c), gpu_memory_fractions=((c.gpu, h),))) - 1)
-                                 for c in shown)  # fmt: skip
+        return statistics.median(abs(c.measured_s / predict(c, replace(cal, gpu_memory_fractions=((c.gpu, h),))) - 1)
+                                 for c, cal in shown)  # fmt: skip
 
     return min(GPU_MEMORY_FRACTIONS, key=error)
 
@@ -307,11 +307,15 @@ class Fit:
     gpu_memory: dict[str, float] = field(default_factory=dict)
     """Device-memory fraction of each GPU other than the reference whose runs this fit saw (fit_gpu_memory)."""
 
+    def with_gpu_memory(self) -> Calibration:
+        """Returns the fitted calibration with this fit's device-memory fraction of each other GPU in it."""
+        return replace(self.calibration, gpu_memory_fractions=tuple(sorted(self.gpu_memory.items())))
+
     def for_case(self, c: Features) -> Calibration:
         """Returns the calibration to predict `c` with: the fitted one, with its host's rates where this fit saw
         runs of that host that show them (otherwise the reference host's), and its GPU's device-memory fraction
         where this fit saw that GPU's runs."""
-        cal = replace(self.calibration, gpu_memory_fractions=tuple(sorted(self.gpu_memory.items())))
+        cal = self.with_gpu_memory()
         rate = self.host_cpu_adam.get(c.host)
         if rate:
             cal = cal.with_cpu_adam(rate, "fitted")
@@ -467,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                           ("several GPUs", several)):  # fmt: skip
         print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
     if args.write or args.write_errors:
-        kept = load_calibration() if args.write_errors else replace(cal, gpu_memory_fractions=tuple(sorted(result.gpu_memory.items())))
+        kept = load_calibration() if args.write_errors else result.with_gpu_memory()
         error = validate(measured_cases(args.min_tokens, gpus=None), quiet=True, base=kept)
         write_calibration(kept, error)
         print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "
