@@ -412,7 +412,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
                  "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer",
                  "cpu_adam_params_per_s_per_node",
-                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction"):  # fmt: skip
+                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction", "link_measured_on"):  # fmt: skip
         data[name] = getattr(cal, name)
     data["gpu_memory_fraction"] = dict(cal.gpu_memory_fractions)
     data["error"] = error

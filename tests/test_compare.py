@@ -42,6 +42,14 @@ def test_ranks_clusters_by_time_to_train_the_tokens(capsys):
     assert (several["median"], several["max"]) == load_calibration().stated_error(2)
 
 
+def test_the_caption_says_what_the_times_rest_on(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main([*LLAMA, "--compare", "1xH100,2xA100-80GB"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert load_calibration().scope_text() in text
+    assert "not calibrated" not in text
+
+
 def test_each_row_is_the_clusters_own_best_plan(capsys):
     _, compared = _json(capsys, [*LLAMA, "--compare", "8xH100", "--tokens", "1e9"])
     _, planned = _json(capsys, [*LLAMA, "--gpus", "8xH100"])

@@ -117,6 +117,17 @@ def test_every_gpu_scales_its_peaks_by_the_reference_gpus_measured_fractions():
     assert 0 < cal.memory_fraction <= 1 and 0 < cal.attention_fraction <= 1
 
 
+def test_the_captions_scope_names_what_was_measured():
+    cal = throughput.load_calibration()
+    text = cal.scope_text()
+    for gpu in cal.fitted_gpus():
+        assert gpu in text
+    assert cal.fitted_gpus()[0] == cal.reference_gpu and len(cal.fitted_gpus()) == 1 + len(cal.gpu_memory_fractions)
+    assert cal.link_measured_on and f"NCCL's {cal.link_fraction:.0%}" in text and cal.link_measured_on in text
+    bare = replace(cal, link_measured_on="", gpu_memory_fractions=())
+    assert bare.scope_text().startswith(f"fitted on {cal.reference_gpu} runs") and "not measured" in bare.scope_text()
+
+
 def test_a_gpu_with_its_own_fitted_memory_fraction_uses_it():
     cal = throughput.load_calibration()
     h200, a100 = find_gpu("H200"), find_gpu("A100-80GB")

@@ -194,7 +194,7 @@ def model_error_text() -> str:
 
     cal = load_calibration()
     return (f"tokens/s: step-time model, ±{cal.median_error:.0%} (median error on architectures left out of its "
-            f"fit, up to {cal.max_error:.0%}; fitted on {cal.reference_gpu}, other GPUs scaled from their catalog peaks)")
+            f"fit, up to {cal.max_error:.0%}; {cal.scope_text()})")
 
 
 def tokens_text(option) -> str:
@@ -430,8 +430,7 @@ def print_comparison(console, rows, *, spec_name: str, spec, tokens: int, seq_le
     several = (f"; on several GPUs ±{cal.several_gpus_median_error:.0%}, up to {cal.several_gpus_max_error:.0%}"
                if cal.several_gpus_median_error else "")
     caption = (f"time = tokens / tokens/s of the step-time model, ±{cal.median_error:.0%} (median error on "
-               f"architectures left out of its fit, up to {cal.max_error:.0%}{several}); measured on {cal.reference_gpu}, "
-               f"other GPUs scaled from their catalog peaks, communication between GPUs not calibrated. "
+               f"architectures left out of its fit, up to {cal.max_error:.0%}{several}); {cal.scope_text()}. "
                f"best plan: ZeRO stage, checkpointing, micro-batch x accumulation. cost = GPU-hours x $/GPU-h "
                f"(--price).")  # fmt: skip
     console.print(comparison_table(rows, title=title, caption=caption))

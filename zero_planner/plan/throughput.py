@@ -137,6 +137,8 @@ class Calibration:
     reduce, all-gather, reduce-scatter of bf16, 4 MiB to 1 GiB per rank, 2 and 4 H100s of one host, NVLink 4,
     2026-11-27; `python benchmarks/nccl_rates.py --fit` on their JSONs): 319 GB/s of the catalog's 450, median |error|
     11% over those timings. Other links (NVLink 3, PCIe, across nodes) are assumed to reach the same share."""
+    link_measured_on: str = ""
+    """Where link_fraction was measured (GPUs, link, date); empty where it was not: the catalog's link rate then."""
     gpu_memory_fractions: tuple[tuple[str, float], ...] = ()
     """FITTED on the runs of GPUs other than the reference (throughput_fit.fit_gpu_memory): (catalog GPU name, its own
     device-memory fraction), which replaces memory_fraction for that GPU. The catalog's bandwidth at the reference
@@ -173,6 +175,20 @@ class Calibration:
         """Returns the device-memory fraction of the catalog GPU `gpu_name`: its own where fitted
         (gpu_memory_fractions), else the reference GPU's."""
         return dict(self.gpu_memory_fractions).get(gpu_name, self.memory_fraction)
+
+    def fitted_gpus(self) -> tuple[str, ...]:
+        """Returns the catalog GPUs whose runs the model is fitted on: the reference, then those with their own
+        device-memory fraction."""
+        return (self.reference_gpu, *(name for name, _ in self.gpu_memory_fractions))
+
+    def scope_text(self) -> str:
+        """Returns what the figures rest on, for the captions: the GPUs fitted, and where the rate between GPUs
+        was measured (or that it was not)."""
+        gpus = " and ".join(self.fitted_gpus())
+        link = (f"links between GPUs at NCCL's {self.link_fraction:.0%} of the catalog's, measured on "
+                f"{self.link_measured_on}; other links assumed alike" if self.link_measured_on
+                else "links between GPUs at the catalog's rate, not measured")  # fmt: skip
+        return f"fitted on {gpus} runs, other GPUs scaled from their catalog peaks; {link}"
 
     def with_cpu_adam(self, params_per_s: float, source: str = "measured") -> "Calibration":
         """Returns this calibration with the host's CPU Adam rate replaced (a measurement on this machine)."""
