@@ -35,6 +35,11 @@ class FakeCuda:
     def reset_peak_memory_stats(self, device=None):
         self.peak = self.current
 
+    retries = 0
+
+    def memory_stats(self):
+        return {"num_alloc_retries": self.retries} if self.retries else {}  # the key appears with the first retry
+
 
 @pytest.fixture
 def cuda(monkeypatch):
@@ -98,3 +103,11 @@ def test_report_rows_put_each_phase_beside_its_prediction():
 def test_memory_limit_env_is_off_by_default(monkeypatch):
     monkeypatch.delenv(meter_module.MEMORY_LIMIT_ENV, raising=False)
     assert meter_module.emulate_memory_limit(0) is None
+
+
+def test_allocator_retries_are_counted_on_cuda_and_zero_without(cuda):
+    meter = PhaseMeter(on_cuda=True)
+    assert meter.alloc_retries() == 0
+    cuda.retries = 3
+    assert meter.alloc_retries() == 3
+    assert PhaseMeter(on_cuda=False).alloc_retries() == 0

@@ -341,6 +341,7 @@ def test_trains_two_ranks(strategy, straight_run, tmp_path):
     for row in report["ranks"]:
         assert row["host_rss_bytes"] > 0
         assert row["peak_allocated_bytes"] is None  # no device allocator on CPU
+        assert row["alloc_retry_steps"] == []  # nor its retries: every rank reports its own, none here
         assert row["predicted_peak_allocated_bytes"] == GIB
     losses = report["losses"]
     assert len(losses) == STEPS and losses[-1] < losses[0] - 1.5

@@ -91,6 +91,15 @@ class PhaseMeter:
         live = self._read().get(key, 0)
         return max(live, self.phases.get(self.current, {}).get(key, 0)) if self.current else live
 
+    def alloc_retries(self) -> int:
+        """Returns how many times so far PyTorch's caching allocator found no room for a request and released its
+        cache to try again (memory_stats num_alloc_retries; 0 without CUDA)."""
+        if not self.on_cuda:
+            return 0
+        import torch
+
+        return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+
     def report(self) -> dict[str, Any]:
         """Returns {phase: {peak_allocated_bytes, peak_reserved_bytes, host_rss_peak_bytes}} and the step peaks."""
         self.close()

@@ -52,6 +52,7 @@ def build_run_report(
                 "error_pct": error_pct(r.get("peak_allocated_bytes"), predicted),
                 "phases": phase_rows(r.get("phases") or {}, predicted_phases),
                 "step_peak_allocated_bytes": r.get("step_peak_allocated_bytes") or [],
+                "alloc_retry_steps": r.get("alloc_retry_steps") or [],
             }
         )
     return {
@@ -77,6 +78,25 @@ def build_run_report(
         "predicted_total_bytes": plan.estimate.per_gpu.total,
         "versions": versions or {},
     }
+
+
+ALLOC_RETRY_SEEN = ("Qwen2-MoE's ZeRO-2 at 10 x 2,048 on an H100 flushed 12 times in 7 steps and took 0.68 s a step "
+                    "where ZeRO-1 at the same shape, without flushes, took 0.40 s (docs/speed.md)")
+"""What the memory edge cost in a measured run (benchmarks/results/h100x1-i26-moe-shared-2026-11-25.jsonl)."""
+
+
+def alloc_retry_warning(plan: Plan, *, step: int, retries: int, peak_bytes: int | None) -> str:
+    """Returns the one warning zero-run prints when PyTorch's allocator retried during a training step that counts
+    for speed: what happened, the peak beside the card, what it cost in a measured run and the smaller micro-batch
+    that leaves room."""
+    card = plan.hardware.gpu_memory_bytes
+    peak = f"peak {peak_bytes / GIB:.1f} of {card / GIB:.1f} GiB; " if peak_bytes else ""
+    micro = plan.training.micro_batch_size
+    advice = (f"if it repeats, a smaller micro-batch leaves room: zero-plan ... --micro-batch {micro - 1}" if micro > 1
+              else "if it repeats, gradient checkpointing or the next stage leaves room")  # fmt: skip
+    return (f"zero-run: step {step}: PyTorch's allocator found no room {retries} time(s) and flushed its cache to retry "
+            f"({peak}the memory edge). Each flush waits for the GPU and maps memory again: {ALLOC_RETRY_SEEN}. "
+            f"{advice}")  # fmt: skip
 
 
 def phase_rows(measured: dict[str, dict[str, int]], predicted: dict[str, int]) -> dict[str, dict[str, Any]]:
@@ -125,6 +145,12 @@ def report_table(report: dict[str, Any]):
                    if report.get("device") == "cpu" else "(predicted n/a)")  # fmt: skip
     if losses:
         caption.append(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    retried = {row["rank"]: sum(n for _, n in row.get("alloc_retry_steps") or []) for row in report["ranks"]}
+    if any(retried.values()):
+        rank = max(retried, key=retried.get)
+        steps = len(next(row for row in report["ranks"] if row["rank"] == rank)["alloc_retry_steps"])
+        caption.append(f"· allocator flushed its cache {retried[rank]} time(s) in {steps} training step(s) on rank "
+                       f"{rank} (the memory edge: slower steps)")  # fmt: skip
     table.caption = " ".join(caption)
     return table
 

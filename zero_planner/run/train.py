@@ -474,6 +474,9 @@ class LoopState:
     """{"step", "loss"} of each evaluation."""
     step_times: list[float] = field(default_factory=list)
     """Seconds of each optimizer step of this run (checkpoints and eval excluded)."""
+    alloc_retry_steps: list[tuple[int, int]] = field(default_factory=list)
+    """(step, count) of each optimizer step of this run in which PyTorch's allocator released its cache to retry."""
+    warned_alloc_retries: bool = False
 
     @property
     def interrupted(self) -> bool:
@@ -523,6 +526,7 @@ def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequ
             # Reseeding per step keeps any dropout identical across an interruption and resume.
             torch.manual_seed(t.seed + 1_000_003 * step + ranks.rank)
             step_lr = engine.get_lr()[0]  # the rate this step uses (the scheduler moves on in engine.step)
+            retries_before = meter.alloc_retries()
             started = time.perf_counter()
             micro_losses = []
             for m in range(accum):
@@ -549,8 +553,11 @@ def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequ
             state.losses.append(step_loss)
             state.step_times.append(elapsed)
             meter.step_done()
-            if counts_for_speed(step, start_step=start_step, warm=warm, max_steps=max_steps):
+            timed = counts_for_speed(step, start_step=start_step, warm=warm, max_steps=max_steps)
+            if timed:
                 state.timed_s, state.timed_steps = state.timed_s + elapsed, state.timed_steps + 1
+            _note_alloc_retries(plan, meter, console, state, retries=meter.alloc_retries() - retries_before,
+                                timed=timed)  # fmt: skip
             log_line = bool(t.log_every) and step % t.log_every == 0
             if log_line or not progress.disable:
                 info = _step_info(state, step_loss=step_loss, step_lr=step_lr, elapsed=elapsed,
@@ -565,6 +572,21 @@ def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequ
                            resumed_from=resumed_from)  # fmt: skip
             if state.stopping:
                 break
+
+
+def _note_alloc_retries(plan: Plan, meter, console, state: LoopState, *, retries: int, timed: bool) -> None:
+    """Records the allocator's retries of the step just done (state.alloc_retry_steps, run_report.json) and, the
+    first time they come in a step that counts for speed (warm-up steps allocate for the first time), prints why
+    the run may be slower than planned (report.alloc_retry_warning)."""
+    if retries <= 0:
+        return
+    state.alloc_retry_steps.append((state.step, retries))
+    if timed and not state.warned_alloc_retries:
+        state.warned_alloc_retries = True
+        from zero_planner.run.report import alloc_retry_warning
+
+        console.print(alloc_retry_warning(plan, step=state.step, retries=retries,
+                                          peak_bytes=meter.running_peak("peak_allocated_bytes")), markup=False)  # fmt: skip
 
 
 def _step_info(state: LoopState, *, step_loss: float, step_lr: float, elapsed: float, tokens_per_step: int,
@@ -618,7 +640,8 @@ def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, 
             output_dir: Path, warm: int, peft: bool, node_local: bool) -> None:  # fmt: skip
     """Gathers every rank's measured peaks; rank 0 writes run_report.json and its page, prints the tables (and how
     to continue after an interruption), and closes the monitor."""
-    all_stats = ranks.gather(_rank_stats(ranks.rank, ranks.on_cuda, meter))
+    all_stats = ranks.gather({**_rank_stats(ranks.rank, ranks.on_cuda, meter),
+                              "alloc_retry_steps": [list(pair) for pair in state.alloc_retry_steps]})
     if ranks.rank != 0:
         return
     report = run_report(plan, all_stats, state, inputs, warm=warm, node_local=node_local,
