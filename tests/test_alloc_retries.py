@@ -13,9 +13,15 @@ from zero_planner.run.train import LoopState, _note_alloc_retries
 
 
 class Meter:
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity
+
     def running_peak(self, key: str) -> int:
         assert key == "peak_allocated_bytes"
         return int(74.0 * GIB)
+
+    def capacity_bytes(self) -> int | None:
+        return self.capacity
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -39,6 +45,13 @@ def test_retries_are_recorded_and_warned_about_once_after_warm_up():
     text = out.getvalue()
     assert text.count("zero-run:") == 1 and "step 3:" in text
     assert "peak 74.0 of 79.2 GiB" in text and "--micro-batch 9" in text
+
+
+def test_the_peak_is_set_beside_what_the_allocator_may_hold():
+    plan = make_plan("2", gpu="H100", gpu_memory_bytes=int(79.2 * GIB), micro_batch_size=4)
+    console, out = _console()
+    _note_alloc_retries(plan, Meter(int(75.5 * GIB)), console, LoopState(step=3, losses=[]), retries=1, timed=True)
+    assert "peak 74.0 of 75.5 GiB" in out.getvalue()  # an emulated or other card than the plan's: the one it ran on
 
 
 def test_micro_batch_one_is_told_what_else_leaves_room():

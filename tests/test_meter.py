@@ -111,3 +111,11 @@ def test_allocator_retries_are_counted_on_cuda_and_zero_without(cuda):
     cuda.retries = 3
     assert meter.alloc_retries() == 3
     assert PhaseMeter(on_cuda=False).alloc_retries() == 0
+
+
+def test_capacity_is_the_emulated_cards_where_set(monkeypatch):
+    monkeypatch.setenv(meter_module.MEMORY_LIMIT_ENV, str(24 * 2**30))
+    assert PhaseMeter(on_cuda=False).capacity_bytes() is None  # no device allocator
+    fake = types.SimpleNamespace(cuda=FakeCuda())
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    assert PhaseMeter(on_cuda=True).capacity_bytes() == 24 * 2**30

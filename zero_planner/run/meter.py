@@ -100,6 +100,18 @@ class PhaseMeter:
 
         return int(torch.cuda.memory_stats().get("num_alloc_retries", 0))
 
+    def capacity_bytes(self) -> int | None:
+        """Returns the memory this rank's allocator may hold: the emulated card's (MEMORY_LIMIT_ENV) where set, else
+        the GPU's; None without CUDA."""
+        if not self.on_cuda:
+            return None
+        raw = os.environ.get(MEMORY_LIMIT_ENV)
+        if raw:
+            return int(float(raw))
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
     def report(self) -> dict[str, Any]:
         """Returns {phase: {peak_allocated_bytes, peak_reserved_bytes, host_rss_peak_bytes}} and the step peaks."""
         self.close()

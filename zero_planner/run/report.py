@@ -80,23 +80,25 @@ def build_run_report(
     }
 
 
-ALLOC_RETRY_SEEN = ("Qwen2-MoE's ZeRO-2 at 10 x 2,048 on an H100 flushed 12 times in 7 steps and took 0.68 s a step "
-                    "where ZeRO-1 at the same shape, without flushes, took 0.40 s (docs/speed.md)")
-"""What the memory edge cost in a measured run (benchmarks/results/h100x1-i26-moe-shared-2026-11-25.jsonl)."""
+ALLOC_RETRY_SEEN = ("Llama 3.2 1B's ZeRO-2 at 4 x 1,024 on an H200, its allocator capped 1-3% above its peak, flushed "
+                    "4 times a step and made 14,050-15,217 tokens/s where it made 18,589 uncapped")
+"""What the memory edge cost in a measured run (benchmarks/zero_run/alloc-retry-h200-2026-11-27.log)."""
 
 
-def alloc_retry_warning(plan: Plan, *, step: int, retries: int, peak_bytes: int | None) -> str:
+def alloc_retry_warning(plan: Plan, *, step: int, retries: int, peak_bytes: int | None,
+                        card_bytes: int | None = None) -> str:  # fmt: skip
     """Returns the one warning zero-run prints when PyTorch's allocator retried during a training step that counts
-    for speed: what happened, the peak beside the card, what it cost in a measured run and the smaller micro-batch
-    that leaves room."""
-    card = plan.hardware.gpu_memory_bytes
+    for speed: what happened, the peak beside what the allocator may hold (`card_bytes`: the GPU's or the emulated
+    card's; the plan's GPU when unknown), what it cost in a measured run and the smaller micro-batch that leaves
+    room."""
+    card = card_bytes or plan.hardware.gpu_memory_bytes
     peak = f"peak {peak_bytes / GIB:.1f} of {card / GIB:.1f} GiB; " if peak_bytes else ""
     micro = plan.training.micro_batch_size
-    advice = (f"if it repeats, a smaller micro-batch leaves room: zero-plan ... --micro-batch {micro - 1}" if micro > 1
-              else "if it repeats, gradient checkpointing or the next stage leaves room")  # fmt: skip
+    advice = (f"If it repeats, a smaller micro-batch leaves room: zero-plan ... --micro-batch {micro - 1}" if micro > 1
+              else "If it repeats, gradient checkpointing or the next stage leaves room")  # fmt: skip
     return (f"zero-run: step {step}: PyTorch's allocator found no room {retries} time(s) and flushed its cache to retry "
             f"({peak}the memory edge). Each flush waits for the GPU and maps memory again: {ALLOC_RETRY_SEEN}. "
-            f"{advice}")  # fmt: skip
+            f"{advice}.")  # fmt: skip
 
 
 def phase_rows(measured: dict[str, dict[str, int]], predicted: dict[str, int]) -> dict[str, dict[str, Any]]:

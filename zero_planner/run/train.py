@@ -585,7 +585,7 @@ def _note_alloc_retries(plan: Plan, meter, console, state: LoopState, *, retries
         state.warned_alloc_retries = True
         from zero_planner.run.report import alloc_retry_warning
 
-        console.print(alloc_retry_warning(plan, step=state.step, retries=retries,
+        console.print(alloc_retry_warning(plan, step=state.step, retries=retries, card_bytes=meter.capacity_bytes(),
                                           peak_bytes=meter.running_peak("peak_allocated_bytes")), markup=False)  # fmt: skip
 
 
