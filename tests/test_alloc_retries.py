@@ -71,3 +71,23 @@ def test_the_run_table_names_the_rank_that_retried_most():
     calm = build_run_report(plan, [{"rank": 0, "peak_allocated_bytes": 70 * GIB}], [2.0], 1000.0, steps=6,
                             device="NVIDIA H100 80GB HBM3")
     assert "flushed" not in report_table(calm).caption and calm["ranks"][0]["alloc_retry_steps"] == []
+
+
+def test_the_quoted_cost_is_the_committed_measurement():
+    import json
+    from pathlib import Path
+
+    from zero_planner.run.report import ALLOC_RETRY_SEEN
+
+    runs = Path(__file__).resolve().parents[1] / "benchmarks" / "zero_run"
+    report = {cap: json.loads((runs / f"llama3.2-1b-alloc-retry-cap{cap}-h200-2026-11-27.json").read_text())
+              for cap in ("1.01", "1.03", "3")}  # fmt: skip
+    uncapped = report["3"]
+    assert uncapped["ranks"][0]["alloc_retry_steps"] == [] and f"{uncapped['tokens_per_second']:,.0f} uncapped" in ALLOC_RETRY_SEEN
+    capped = sorted(report[cap]["tokens_per_second"] for cap in ("1.01", "1.03"))
+    assert f"{capped[0]:,.0f}-{capped[1]:,.0f} tokens/s" in ALLOC_RETRY_SEEN
+    for cap in ("1.01", "1.03"):
+        steps = report[cap]["ranks"][0]["alloc_retry_steps"]
+        timed = [count for step, count in steps if step > report[cap]["warmup_steps"]]
+        assert len(timed) == report[cap]["steps"] - report[cap]["warmup_steps"] and set(timed) <= {3, 4}  # "3-4 times a step"
+        assert report[cap]["tokens_per_second"] < 0.85 * uncapped["tokens_per_second"]

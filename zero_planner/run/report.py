@@ -81,7 +81,7 @@ def build_run_report(
 
 
 ALLOC_RETRY_SEEN = ("Llama 3.2 1B's ZeRO-2 at 4 x 1,024 on an H200, its allocator capped 1-3% above its peak, flushed "
-                    "4 times a step and made 14,050-15,217 tokens/s where it made 18,589 uncapped")
+                    "3-4 times a step and made 14,050-15,217 tokens/s where it made 18,589 uncapped")
 """What the memory edge cost in a measured run (benchmarks/zero_run/alloc-retry-h200-2026-11-27.log)."""
 
 
