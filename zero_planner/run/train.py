@@ -477,6 +477,7 @@ class LoopState:
     alloc_retry_steps: list[tuple[int, int]] = field(default_factory=list)
     """(step, count) of each optimizer step of this run in which PyTorch's allocator released its cache to retry."""
     warned_alloc_retries: bool = False
+    """Whether this run has printed report.alloc_retry_warning (once per run)."""
 
     @property
     def interrupted(self) -> bool:
