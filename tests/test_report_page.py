@@ -15,7 +15,7 @@ import pytest
 from conftest import GIB, make_plan
 
 from zero_planner.run.report import build_run_report
-from zero_planner.run.report_page import PAGE_NAME, main, nice_ticks, render_page, write_page
+from zero_planner.run.report_page import FLUSH_SERIES, PAGE_NAME, main, nice_ticks, render_page, write_page
 
 STEPS, EVAL_EVERY, WARMUP = 30, 10, 1
 PHASES = ("load", "initialize", "train", "eval", "save", "export")
@@ -68,6 +68,20 @@ def test_page_draws_every_step_evaluation_rank_and_phase():
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     # Values are in the marks' titles: the busiest rank's train phase, measured and predicted.
     assert "train, peak allocated (busiest rank): 40.00 GiB" in page and "train, predicted: 40.00 GiB" in page
+
+
+def test_steps_with_cache_flushes_are_marked_and_counted_per_rank():
+    report = gpu_report()
+    assert marks(render_page(report), "point", FLUSH_SERIES) == 0 and render_page(report).count("<td>0</td></tr>") == 2
+    older = {**report, "ranks": [{k: v for k, v in r.items() if k != "alloc_retry_steps"} for r in report["ranks"]]}
+    assert render_page(older).count("<td>-</td></tr>") == 2  # written before zero-run counted them
+    report["ranks"][1]["alloc_retry_steps"] = [[3, 2], [5, 1]]
+    page = render_page(report)
+    assert marks(page, "point", FLUSH_SERIES) == 2  # circles on steps 3 and 5 of the tokens/s chart, not a line
+    assert f"{FLUSH_SERIES} at step 3:" in page and f"{FLUSH_SERIES} at step 5:" in page
+    flushed = re.search(f'data-series="{re.escape(FLUSH_SERIES)}">(.*?)</g>', page, re.S).group(1)
+    assert "polyline" not in flushed
+    assert "<td>0</td></tr>" in page and "<td>3 in 2 steps</td></tr>" in page
 
 
 def test_page_without_phases_or_device_figures():

@@ -32,18 +32,20 @@ MAX_MARKERS = 200
 MAX_LINE_POINTS = 2000
 """Longer series are thinned to about this many points (every k-th, the last kept) before drawing."""
 COLORS = {"train": "#0072B2", "eval": "#D55E00", "warm": "#999999", "measured": "#0072B2", "predicted": "#E69F00",
-          "average": "#009E73", "reserved": "#56B4E9"}  # Okabe-Ito: told apart with colour blindness  # fmt: skip
+          "average": "#009E73", "reserved": "#56B4E9", "flush": "#CC79A7"}  # Okabe-Ito: told apart with colour blindness  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line: (x, y) points, drawn as a polyline and (up to MAX_MARKERS points) circles."""
+    """One line: (x, y) points, drawn as a polyline and (up to MAX_MARKERS points) circles; `joined` False: the
+    circles alone (points that are not a sequence)."""
 
     name: str
     points: list[tuple[float, float]]
     color: str
     markers: bool = True
     dashed: bool = False
+    joined: bool = True
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def line_chart(chart_id: str, title: str, series: Sequence[Series], *, x_label: 
         coords = " ".join(f"{frame.px(x):.1f},{frame.py(y):.1f}" for x, y in points)
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         out.append(f'<g class="series" data-series="{_esc(s.name)}">')
-        if len(points) > 1:
+        if len(points) > 1 and s.joined:
             out.append(f'<polyline class="line" points="{coords}" fill="none" stroke="{s.color}" stroke-width="2"{dash}/>')
         if s.markers and len(s.points) <= MAX_MARKERS:
             for x, y in s.points:
@@ -251,16 +253,22 @@ def tokens_per_step(report: dict[str, Any]) -> int:
             * report["seq_len"])  # fmt: skip
 
 
+FLUSH_SERIES = "allocator flushed its cache (any rank)"
+
+
 def throughput_chart(report: dict[str, Any]) -> str:
     """Tokens/s of each optimizer step of this run (its step_times_s; a resumed run's earlier steps are not in
-    it); the warm-up steps that zero-run leaves out of tokens_per_second are their own series."""
+    it); the warm-up steps that zero-run leaves out of tokens_per_second are their own series, and the steps in which
+    a rank's allocator flushed its cache (ranks[].alloc_retry_steps: the memory edge) are marked."""
     times = report.get("step_times_s") or []
     first = report["steps"] - len(times) + 1
     per_step = tokens_per_step(report)
     warm = report.get("warmup_steps", 0) if len(times) > report.get("warmup_steps", 0) else 0
     points = [(first + i, per_step / t) for i, t in enumerate(times) if t > 0]
+    flushed = {step for row in report.get("ranks") or [] for step, _ in row.get("alloc_retry_steps") or []}
     series = [Series("warm-up steps (not averaged)", points[:warm], COLORS["warm"]),
-              Series("tokens/s per step", points[warm:], COLORS["train"])]  # fmt: skip
+              Series("tokens/s per step", points[warm:], COLORS["train"]),
+              Series(FLUSH_SERIES, [(x, y) for x, y in points if x in flushed], COLORS["flush"], joined=False)]  # fmt: skip
     rules = []
     if report.get("tokens_per_second"):
         rules.append(("run average", float(report["tokens_per_second"]), COLORS["average"]))
@@ -359,15 +367,24 @@ def _summary(report: dict[str, Any]) -> str:
 
 def _rank_table(report: dict[str, Any]) -> str:
     head = "<tr><th>rank</th><th>peak allocated</th><th>predicted</th><th>error</th><th>peak reserved</th>" \
-           "<th>host RSS</th></tr>"  # fmt: skip
+           "<th>host RSS</th><th>cache flushes</th></tr>"  # fmt: skip
     rows = []
     for r in report.get("ranks") or []:
         err = r.get("error_pct")
         rows.append(f"<tr><td>{r['rank']}</td><td>{_gib(r.get('peak_allocated_bytes'))}</td>"
                     f"<td>{_gib(r.get('predicted_peak_allocated_bytes'))}</td>"
                     f"<td>{'-' if err is None else f'{err:+.1f}%'}</td><td>{_gib(r.get('peak_reserved_bytes'))}</td>"
-                    f"<td>{_gib(r.get('host_rss_bytes'))}</td></tr>")  # fmt: skip
+                    f"<td>{_gib(r.get('host_rss_bytes'))}</td><td>{_esc(_flushes(report, r))}</td></tr>")  # fmt: skip
     return f'<table class="ranks">{head}{"".join(rows)}</table>'
+
+
+def _flushes(report: dict[str, Any], rank: dict[str, Any]) -> str:
+    """Returns a rank's cache flushes in training steps ("3 in 2 steps"), "0", or "-" where none could be counted
+    (CPU processes, reports written before zero-run counted them)."""
+    if report.get("device") == "cpu" or "alloc_retry_steps" not in rank:
+        return "-"
+    steps = rank["alloc_retry_steps"]
+    return f"{sum(n for _, n in steps)} in {len(steps)} steps" if steps else "0"
 
 
 STYLE = """
