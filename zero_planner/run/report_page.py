@@ -4,7 +4,8 @@
 
 zero-run writes the page beside run_report.json at the end of every run. One self-contained HTML file: inline
 SVG and CSS, no JavaScript, no external file, no plotting library. Charts: the loss per optimizer step with the
-eval loss; tokens/s per step (the warm-up steps left out of the run's average drawn apart); device memory per rank,
+eval loss; tokens/s per step (the warm-up steps left out of the run's average drawn apart, the steps in which a
+rank's allocator flushed its cache marked); device memory per rank,
 measured peak allocated vs the plan's prediction; host memory per node, the ranks' peak RSS vs the prediction; and,
 where the report has them (`ranks[].phases`), the same per phase of the run. Every mark is an SVG element whose
 class names what it is (`point`, `bar`) and whose `data-series` names its series, so a test can count what a
