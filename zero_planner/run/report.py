@@ -147,12 +147,10 @@ def report_table(report: dict[str, Any]):
                    if report.get("device") == "cpu" else "(predicted n/a)")  # fmt: skip
     if losses:
         caption.append(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-    retried = {row["rank"]: sum(n for _, n in row.get("alloc_retry_steps") or []) for row in report["ranks"]}
-    if any(retried.values()):
-        rank = max(retried, key=retried.get)
-        steps = len(next(row for row in report["ranks"] if row["rank"] == rank)["alloc_retry_steps"])
-        caption.append(f"· allocator flushed its cache {retried[rank]} time(s) in {steps} training step(s) on rank "
-                       f"{rank} (the memory edge: slower steps)")  # fmt: skip
+    busiest = max(report["ranks"], key=lambda row: sum(n for _, n in row.get("alloc_retry_steps") or []), default={})
+    if steps := busiest.get("alloc_retry_steps"):
+        caption.append(f"· allocator flushed its cache {sum(n for _, n in steps)} time(s) in {len(steps)} training "
+                       f"step(s) on rank {busiest['rank']} (the memory edge: slower steps)")  # fmt: skip
     table.caption = " ".join(caption)
     return table
 

@@ -641,8 +641,7 @@ def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, 
             output_dir: Path, warm: int, peft: bool, node_local: bool) -> None:  # fmt: skip
     """Gathers every rank's measured peaks; rank 0 writes run_report.json and its page, prints the tables (and how
     to continue after an interruption), and closes the monitor."""
-    all_stats = ranks.gather({**_rank_stats(ranks.rank, ranks.on_cuda, meter),
-                              "alloc_retry_steps": [list(pair) for pair in state.alloc_retry_steps]})
+    all_stats = ranks.gather(_rank_stats(ranks.rank, ranks.on_cuda, meter, state))
     if ranks.rank != 0:
         return
     report = run_report(plan, all_stats, state, inputs, warm=warm, node_local=node_local,
@@ -1122,9 +1121,10 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
     print(f"zero-run: final model in {final_dir}", flush=True)
 
 
-def _rank_stats(rank: int, on_cuda: bool, meter) -> dict[str, Any]:
+def _rank_stats(rank: int, on_cuda: bool, meter, state: LoopState) -> dict[str, Any]:
     """Returns this rank's measured peaks in bytes over the whole run, and per phase (`phases`: load,
-    initialize, resume, train, eval, save, export); device figures are None on CPU (no device allocator)."""
+    initialize, resume, train, eval, save, export), and the training steps in which its allocator flushed its cache;
+    device figures are None on CPU (no device allocator)."""
     import socket
 
     measured = meter.report()
@@ -1141,6 +1141,7 @@ def _rank_stats(rank: int, on_cuda: bool, meter) -> dict[str, Any]:
         "host_rss_bytes": largest("host_rss_peak_bytes"),
         "node": int(os.environ.get("CROSS_RANK", "0")),
         "host": socket.gethostname(),
+        "alloc_retry_steps": [list(pair) for pair in state.alloc_retry_steps],
         **measured,
     }
 
