@@ -165,6 +165,8 @@ def main() -> None:
             step_times.append(time.perf_counter() - start)
             phase_times.append(parts)
             losses.append(float(loss.detach().float().item()))
+        if on_cuda and case.get("profile_steps"):
+            record["profile"] = profile_steps(engine, case, generator, int(case["profile_steps"]))
         phase = "done"
         host_mark("steps")
         record["timing_s"]["steps"] = round(time.time() - went, 2)
@@ -205,6 +207,29 @@ def main() -> None:
     # memory, three waiting 140 s).
     sys.stdout.flush()
     os._exit(1 if record["status"] != "ok" and int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0)
+
+
+def profile_steps(engine, case: dict, generator, steps: int) -> dict:
+    """Returns `steps` more steps (after the timed ones) under torch.profiler: their wall seconds and each step's
+    device seconds by kernel kind (recompute_profile.kind_of: GEMMs, attention, NCCL's collectives, the fused
+    optimizer, the memory-bound rest), the step's parts as the GPU ran them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.recompute_profile import kernel_seconds
+
+    vocab, micro, seq = case["model_config"]["vocab_size"], case["micro_batch_size"], case["seq_len"]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
+            engine.backward(engine(input_ids=ids, labels=ids).loss)
+            engine.step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / steps
+    by_kind, top = kernel_seconds(prof, steps)
+    return {"steps": steps, "wall_s": wall, "kernel_s": by_kind, "top_kernels": top}
 
 
 def random_base(config: dict, precision: str, task: str, attn: str, device: str) -> str:
