@@ -136,7 +136,8 @@ class Calibration:
     with a time per call (20 us, not used: communication_seconds says why) to every collective it timed (all-reduce,
     reduce, all-gather, reduce-scatter of bf16, 4 MiB to 1 GiB per rank, 2 and 4 H100s of one host, NVLink 4,
     2026-11-27; `python benchmarks/nccl_rates.py --fit` on their JSONs): 319 GB/s of the catalog's 450, median |error|
-    11% over those timings. Other links (NVLink 3, PCIe, across nodes) are assumed to reach the same share."""
+    11% over those timings; two H200s the same way: 317 GB/s, 0.70. Other links (NVLink 3, PCIe, across nodes) are
+    assumed to reach the same share."""
     link_measured_on: str = ""
     """Where link_fraction was measured (GPUs, link, date); empty where it was not: the catalog's link rate then."""
     gpu_memory_fractions: tuple[tuple[str, float], ...] = ()

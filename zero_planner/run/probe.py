@@ -113,8 +113,8 @@ def ranked_candidates(plan: Plan) -> list[int]:
 FAMILIES = {"0": "0-2", "1": "0-2", "2": "0-2", "2-offload": "2-offload", "3": "3", "3-offload": "3-offload",
             "3-offload-all": "3-offload"}  # fmt: skip
 """Strategy family of each strategy: what bounds its step, so that candidates of one family measure alike.
-0-2: the whole model computes on every GPU and the optimizer steps there; the stages differ only in which
-collectives move the same gradient bytes (all-reduce, or reduce-scatter then all-gather) and in memory, so the
+0-2: the whole model computes on every GPU and the optimizer steps there; the stages differ only in the
+collectives around the same gradient bytes (an all-reduce, stages 1-2 then an all-gather) and in memory, so the
 step-time model predicts them within a few percent of each other and they often tie outright. 2-offload: the
 optimizer steps on the host (CPU Adam, gradients down and weights up over PCIe each step), a host-bound step.
 3: weights are gathered layer by layer in forward and backward, bound by the all-gathers. 3-offload and
