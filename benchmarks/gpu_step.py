@@ -165,10 +165,12 @@ def main() -> None:
             step_times.append(time.perf_counter() - start)
             phase_times.append(parts)
             losses.append(float(loss.detach().float().item()))
-        if on_cuda and case.get("profile_steps"):
-            record["profile"] = profile_steps(engine, case, generator, int(case["profile_steps"]))
         phase = "done"
         host_mark("steps")
+        if on_cuda and case.get("profile_steps"):
+            # the profiler keeps every event in this process's memory: the training's host peak is the one before
+            record["host_rss_peak_before_profile_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            record["profile"] = profile_steps(engine, case, generator, int(case["profile_steps"]))
         record["timing_s"]["steps"] = round(time.time() - went, 2)
         record["step_times_s"] = step_times
         record["phase_times_s"] = phase_times

@@ -63,6 +63,15 @@ KNOWN_HOST_MISSES: dict[str, str] = {  # id prefix -> why a host miss beyond the
 KNOWN_FIT_MISSES: dict[str, str] = {}
 
 
+def host_rss_peak(rank: dict) -> int:
+    """Returns a rank's host RSS peak of training (0 where it cannot be told): a rank that ran profiled steps after
+    the timed ones (gpu_step.py profile_steps) held torch.profiler's events in the same process, so its lifetime peak
+    is not the training's; the peak before profiling is used where recorded (runs from 2026-11-27 on), else none."""
+    if "profile" in rank:
+        return rank.get("host_rss_peak_before_profile_bytes") or 0
+    return rank.get("host_rss_peak_bytes") or 0
+
+
 def known_miss(misses: dict[str, str], case_id: str) -> str | None:
     """Returns why a case is a known miss: the reason of the first id prefix in `misses` that it starts with."""
     return next((why for prefix, why in misses.items() if case_id.startswith(prefix)), None)
@@ -483,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             op_fits += 1
             if abs(error) > OP_MAX_LIMIT:
                 failures.append(f"{row['id']}: operating-point error {error:+.1%} exceeds {OP_MAX_LIMIT:.0%}")
-        rss = max(r.get("host_rss_peak_bytes") or 0 for r in row["ranks"])
+        rss = max(host_rss_peak(r) for r in row["ranks"])
         # QLoRA's RSS holds the memory-mapped 16-bit checkpoint it quantises (file-backed, reclaimable): not
         # modelled as memory that must be free (memory.py), so not compared.
         if rss and case["num_gpus"] == 1 and case.get("method") != "qlora":

@@ -3,6 +3,7 @@
 with `profile_steps`), read back through the benchmark's own report functions."""
 
 import glob
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -64,3 +65,16 @@ def test_profiled_deepspeed_steps_show_their_collectives_on_several_gpus_only():
         # the GPU is busy for at most the step's time: kernels of one stream each never exceed the timed step by
         # more than NCCL's waiting (its kernels spin while the peer catches up) and the profiler's own slowdown
         assert row["gemm"] + row["attention"] < row["timed_s"]
+
+
+def test_a_profiled_rank_is_compared_on_its_host_peak_before_profiling():
+    # torch.profiler's events live in the training process: its lifetime RSS peak is not the training's
+    # (Gemma 2's profiled ZeRO-1 case on one H200: 2.40 GiB against 2.10 predicted, 2026-11-27)
+    from benchmarks.memory_regression import host_rss_peak
+
+    assert host_rss_peak({"host_rss_peak_bytes": 5}) == 5
+    assert host_rss_peak({"host_rss_peak_bytes": 5, "profile": {}}) == 0
+    assert host_rss_peak({"host_rss_peak_bytes": 5, "profile": {}, "host_rss_peak_before_profile_bytes": 3}) == 3
+    committed = [rank for path in STEP_PROFILES for line in Path(path).read_text().splitlines()
+                 for rank in json.loads(line)["ranks"]]  # fmt: skip
+    assert committed and all("profile" in rank for rank in committed)
