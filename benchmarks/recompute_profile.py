@@ -198,7 +198,7 @@ def step_report(paths: list[str]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out")
     parser.add_argument("--report", nargs="+", metavar="FILE", help="print committed profiles against the model")
     parser.add_argument("--deepspeed-steps", nargs="+", metavar="FILE", help="print profiled DeepSpeed steps (harness results)")

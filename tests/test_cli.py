@@ -435,3 +435,27 @@ def test_ds_config_says_what_a_loop_keeping_outputs_adds(real_memory, tmp_path, 
     assert added == 2 * 4 * 2048 * 128256  # its bf16 logits, held through backward
     assert any("--loop-keeps-outputs" in note and "adds 2.0 GiB of logits and still fits" in note for note in loss_only["notes"])
     assert any("keeps the model's outputs" in note for note in outputs["notes"])
+
+
+def test_a_runner_up_within_the_stated_error_is_named_with_the_probe_that_orders_them(real_memory, tmp_path, capsys):
+    # Gemma 2 2B on two H100s: ZeRO-1 at 2 x 2,048 is predicted a hair ahead of 7 x 2,048 with checkpointing, which
+    # ran 18-31% faster on two H200s (2026-11-27); the plan says the two are within its error and how to order them
+    from zero_planner.plan.render import runner_up_within
+    from zero_planner.plan.throughput import load_calibration
+    from zero_planner.run.probe import probe_order
+
+    out = tmp_path / "plan.json"
+    assert main(["--model", "google/gemma-2-2b", "--gpus", "2xH100", "--seq-len", "2048", "-o", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    plan = load_plan(out)
+    chosen = next(c for c in plan.candidates if c.chosen)
+    median = load_calibration().stated_error(2)[0]
+    close = runner_up_within(plan.candidates, chosen, median)
+    assert close is not None and close.tokens_per_second >= chosen.tokens_per_second * (1 - median)
+    # the candidate named is the one --probe 2 runs after the choice
+    assert plan.candidates[probe_order(plan, 2)[1]] is close
+    words = "with checkpointing" if close.gradient_checkpointing else "no checkpointing"
+    assert (f"the next best, stage {close.strategy.name}, {words}, micro-batch {close.micro_batch_size}, is predicted"
+            in text and "--probe 2 times both" in text)  # fmt: skip
+    # nothing is named where no other kind of step comes within the error
+    assert runner_up_within(plan.candidates, chosen, 0.0) is None

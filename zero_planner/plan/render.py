@@ -29,6 +29,7 @@ from zero_planner.plan.fit import (
 from zero_planner.plan.saves import save_summary
 from zero_planner.plan.search import SPEED_TIE
 from zero_planner.planfile import Plan
+from zero_planner.strategies import step_kind
 
 GIB = 2**30
 DEFAULT_PIPE_WIDTH = 100
@@ -319,6 +320,30 @@ def print_config_estimate(console, estimate, cluster: Cluster, path: str, *, wid
         say(console, f"note: {note}", hang="  ")
 
 
+def runner_up_within(candidates, chosen, error: float):
+    """Returns the fastest fitting candidate of another kind of step than `chosen` (not `alike`: the one that
+    --probe 2 runs second) predicted within `error` (a fraction) of `chosen`'s tokens/s, else None: where the step-time model's median error spans the gap, it cannot order the two (two H200s, Gemma 2
+    2B: ZeRO-1 at 2 x 2,048 predicted 0.6% ahead of 7 x 2,048 with checkpointing, measured 15-23% behind it,
+    2026-11-27)."""
+    others = [c for c in candidates if c.fits and c is not chosen and c.tokens_per_second and not alike(c, chosen)]
+    if not others or not chosen.tokens_per_second:
+        return None
+    best = max(others, key=lambda c: c.tokens_per_second)
+    return best if best.tokens_per_second >= chosen.tokens_per_second * (1 - error) else None
+
+
+def alike(a, b) -> bool:
+    """Whether two candidates are one kind of step (strategies.step_kind: strategy family x checkpointing), which
+    measure alike and of which zero-plan --probe runs only the fastest predicted before other kinds."""
+    return step_kind(a.strategy.name, a.gradient_checkpointing) == step_kind(b.strategy.name, b.gradient_checkpointing)
+
+
+def candidate_text(candidate) -> str:
+    """Returns `stage 3-offload, with checkpointing, micro-batch 18`: a plan file's candidate in words."""
+    return (f"stage {candidate.strategy.name}, {ckpt_text(candidate.gradient_checkpointing)}, micro-batch "
+            f"{candidate.micro_batch_size}")
+
+
 def print_next_steps(console, plan: Plan, written, output: str | None, *, why: str | None = None) -> None:
     t, s = plan.training, plan.strategy
     world = plan.hardware.nodes * plan.hardware.gpus_per_node
@@ -354,6 +379,12 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{median:.0%} "
             f"median error on architectures left out of its fit{on}, up to {largest:.0%}; not a measurement)",
             hang="    ")  # fmt: skip
+        close = runner_up_within(plan.candidates, chosen, median)
+        if close is not None:
+            slower = 1 - close.tokens_per_second / chosen.tokens_per_second
+            say(console, f"  the next best, {candidate_text(close)}, is predicted {slower:.1%} slower: within that "
+                f"error, so the order of the two is not known; on the training machine, --gpus auto --probe 2 times both",
+                hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
     if written:

@@ -42,7 +42,7 @@ from zero_planner.plan.dsconfig import build_ds_config, with_monitor
 from zero_planner.planfile import Candidate, Plan, ProbeAttempt, ProbeResult, ProbeSummary, load_plan, save_plan
 from zero_planner.run import launcher, preflight
 from zero_planner.run.training_args import apply_training_args
-from zero_planner.strategies import STRATEGIES, Strategy
+from zero_planner.strategies import STRATEGIES, STRATEGY_FAMILIES, Strategy, step_kind
 
 PROBE_STEPS = 6
 """Optimizer steps per candidate: enough for a steady step time after the warm-up, short enough for K runs."""
@@ -110,17 +110,8 @@ def ranked_candidates(plan: Plan) -> list[int]:
     return sorted((i for i, c in enumerate(plan.candidates) if c.fits), key=key)
 
 
-FAMILIES = {"0": "0-2", "1": "0-2", "2": "0-2", "2-offload": "2-offload", "3": "3", "3-offload": "3-offload",
-            "3-offload-all": "3-offload"}  # fmt: skip
-"""Strategy family of each strategy: what bounds its step, so that candidates of one family measure alike.
-0-2: the whole model computes on every GPU and the optimizer steps there; the stages differ only in the
-collectives around the same gradient bytes (an all-reduce, stages 1-2 then an all-gather) and in memory, so the
-step-time model predicts them within a few percent of each other and they often tie outright. 2-offload: the
-optimizer steps on the host (CPU Adam, gradients down and weights up over PCIe each step), a host-bound step.
-3: weights are gathered layer by layer in forward and backward, bound by the all-gathers. 3-offload and
-3-offload-all: stage 3's gathers plus the host's optimizer step (and, for -all, weights streamed from host
-memory): bound by the host and its link; -all is chosen where 3-offload does not fit, so the two rarely both
-fit a model at once."""
+FAMILIES = STRATEGY_FAMILIES
+"""strategies.STRATEGY_FAMILIES: what bounds each strategy's step."""
 
 
 def probe_order(plan: Plan, count: int) -> list[int]:
@@ -140,8 +131,8 @@ def probe_order(plan: Plan, count: int) -> list[int]:
 
 
 def _kind(candidate: Candidate) -> tuple[str, bool]:
-    """Returns (strategy family, checkpointing): what probe_order takes one of each."""
-    return FAMILIES.get(_name(candidate), _name(candidate)), candidate.gradient_checkpointing
+    """Returns (strategy family, checkpointing): what probe_order takes one of each (strategies.step_kind)."""
+    return step_kind(_name(candidate), candidate.gradient_checkpointing)
 
 
 def hidden_size(plan: Plan) -> int:
