@@ -322,9 +322,9 @@ def print_config_estimate(console, estimate, cluster: Cluster, path: str, *, wid
 
 def runner_up_within(candidates, chosen, error: float):
     """Returns the fastest fitting candidate of another kind of step than `chosen` (not `alike`: the one that
-    --probe 2 runs second) predicted within `error` (a fraction) of `chosen`'s tokens/s, else None: where the step-time model's median error spans the gap, it cannot order the two (two H200s, Gemma 2
-    2B: ZeRO-1 at 2 x 2,048 predicted 0.6% ahead of 7 x 2,048 with checkpointing, measured 15-23% behind it,
-    2026-11-27)."""
+    --probe 2 runs second) predicted within `error` (a fraction) of `chosen`'s tokens/s, else None: where the
+    step-time model's median error spans the gap, it cannot order the two (two H200s, Gemma 2 2B: ZeRO-1 at
+    2 x 2,048 predicted 0.6% ahead of 7 x 2,048 with checkpointing, measured 15-23% behind it, 2026-11-27)."""
     others = [c for c in candidates if c.fits and c is not chosen and c.tokens_per_second and not alike(c, chosen)]
     if not others or not chosen.tokens_per_second:
         return None
@@ -383,8 +383,8 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         if close is not None:
             slower = 1 - close.tokens_per_second / chosen.tokens_per_second
             say(console, f"  the next best, {candidate_text(close)}, is predicted {slower:.1%} slower: within that "
-                f"error, so the order of the two is not known; on the training machine, --gpus auto --probe 2 times both",
-                hang="    ")  # fmt: skip
+                f"error, so the order of the two is not known; on the training machine, --gpus auto --probe 2 "
+                f"times both", hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
     if written:

@@ -916,7 +916,8 @@ def communication_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload)
       tokens, 2026-11-27): backward grew by 21-23 ms from one GPU to two at ZeRO-0 and ZeRO-1 alike, where the
       all-reduce of its 5.2 GB of gradients takes 16 ms at NCCL's rate and a reduce-scatter 8.
     - stage 3 gathers every stored weight in forward and in backward (once more when checkpointing recomputes
-      the forward) and reduce-scatters the gradients (stage3.py __avg_scatter_grads, reduce_scatter_coalesced): (2 or 3) x + 1 x.
+      the forward) and reduce-scatters the gradients (stage3.py __avg_scatter_grads, reduce_scatter_coalesced):
+      (2 or 3) x + 1 x.
     """
     n = workload.world_size
     if n <= 1:
