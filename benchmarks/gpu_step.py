@@ -125,19 +125,13 @@ def main() -> None:
             record["after_init_empty_cache"] = device_stats()
         record["timing_s"]["initialize"] = round(time.time() - went, 2)
         host_mark("initialize")
-        vocab = case["model_config"].get("vocab_size")
         micro, seq = case["micro_batch_size"], case["seq_len"]
         generator = torch.Generator().manual_seed(1234 + rank)
         step_times = []
         phase_times = []  # seconds of forward, backward and optimizer step, each synchronised: the step's parts
         losses = []
         for step in range(int(case.get("steps", STEPS))):
-            ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
-            if case.get("task") == "seq-cls":
-                labels = torch.randint(0, case["num_labels"], (micro,), generator=generator).to(engine.device)
-                batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-            else:
-                batch = {"input_ids": ids, "labels": ids}
+            batch = random_batch(case, generator, engine.device)
             start = time.perf_counter()
             parts = {}
             for phase in ("forward", "backward", "step"):
@@ -211,6 +205,18 @@ def main() -> None:
     os._exit(1 if record["status"] != "ok" and int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0)
 
 
+def random_batch(case: dict, generator, device) -> dict:
+    """Returns one micro-batch of random token ids for the case's task (seq-cls: class labels and a full mask)."""
+    import torch
+
+    micro, seq = case["micro_batch_size"], case["seq_len"]
+    ids = torch.randint(0, case["model_config"]["vocab_size"], (micro, seq), generator=generator).to(device)
+    if case.get("task") == "seq-cls":
+        labels = torch.randint(0, case["num_labels"], (micro,), generator=generator).to(device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    return {"input_ids": ids, "labels": ids}
+
+
 def profile_steps(engine, case: dict, generator, steps: int) -> dict:
     """Returns `steps` more steps (after the timed ones) under torch.profiler: their wall seconds and each step's
     device seconds by kernel kind (recompute_profile.kind_of: GEMMs, attention, NCCL's collectives, the fused
@@ -220,13 +226,11 @@ def profile_steps(engine, case: dict, generator, steps: int) -> dict:
 
     from benchmarks.recompute_profile import kernel_seconds
 
-    vocab, micro, seq = case["model_config"]["vocab_size"], case["micro_batch_size"], case["seq_len"]
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(steps):
-            ids = torch.randint(0, vocab, (micro, seq), generator=generator).to(engine.device)
-            engine.backward(engine(input_ids=ids, labels=ids).loss)
+            engine.backward(engine(**random_batch(case, generator, engine.device)).loss)
             engine.step()
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / steps

@@ -14,6 +14,7 @@ from zero_planner import probe as probe_ranks
 from zero_planner.planfile import load_plan, save_plan
 from zero_planner.run import launcher, preflight, probe
 from zero_planner.run.probe import RunOutcome
+from zero_planner.strategies import STRATEGY_FAMILIES
 
 # Candidates as the planner would rank them: 2 chosen (fastest predicted), then 3, then 1; 0 does not fit.
 CANDIDATES = [
@@ -63,7 +64,7 @@ EVERY_STRATEGY = [make_candidate(name, micro_batch_size=4, checkpointing=ckpt, f
 
 
 def _kinds(plan, order):
-    return [(probe.FAMILIES[plan.candidates[i].strategy.name], plan.candidates[i].gradient_checkpointing) for i in order]
+    return [(STRATEGY_FAMILIES[plan.candidates[i].strategy.name], plan.candidates[i].gradient_checkpointing) for i in order]
 
 
 def test_probe_takes_one_candidate_per_family_and_checkpointing():

@@ -41,7 +41,7 @@ STRATEGIES: dict[str, Strategy] = {
 
 
 STRATEGY_FAMILIES = {"0": "0-2", "1": "0-2", "2": "0-2", "2-offload": "2-offload", "3": "3", "3-offload": "3-offload",
-            "3-offload-all": "3-offload"}  # fmt: skip
+                     "3-offload-all": "3-offload"}  # fmt: skip
 """Strategy family of each strategy: what bounds its step, so that candidates of one family measure alike.
 0-2: the whole model computes on every GPU and the optimizer steps there; the stages differ only in the
 collectives around the same gradient bytes (an all-reduce, stages 1-2 then an all-gather) and in memory, so the

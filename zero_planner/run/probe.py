@@ -4,8 +4,8 @@
     zero-plan --model M --gpus auto|cpu:N -o PLAN.json --probe K
 
 The step-time model ranks candidates; it cannot see kernels, overlap or the allocator. The probe measures K
-candidates that fit: the fastest predicted of each strategy family x checkpointing (FAMILIES; the planner's
-ranking, its choice first, then by predicted tokens/s), then the next in that ranking if K is larger; each
+candidates that fit: the fastest predicted of each strategy family x checkpointing (strategies.step_kind; the
+planner's ranking, its choice first, then by predicted tokens/s), then the next in that ranking if K is larger; each
 in a fresh process under the real `deepspeed` launcher (plan/command.py build_launch and zero_planner.train, with the
 candidate's DeepSpeed JSON, micro-batch and checkpointing), PROBE_STEPS steps, the first WARMUP_STEPS left
 out of tokens/s. A candidate that runs out of GPU memory is retried at half the micro-batch, down to 1.
@@ -42,7 +42,7 @@ from zero_planner.plan.dsconfig import build_ds_config, with_monitor
 from zero_planner.planfile import Candidate, Plan, ProbeAttempt, ProbeResult, ProbeSummary, load_plan, save_plan
 from zero_planner.run import launcher, preflight
 from zero_planner.run.training_args import apply_training_args
-from zero_planner.strategies import STRATEGIES, STRATEGY_FAMILIES, Strategy, step_kind
+from zero_planner.strategies import STRATEGIES, Strategy, step_kind
 
 PROBE_STEPS = 6
 """Optimizer steps per candidate: enough for a steady step time after the warm-up, short enough for K runs."""
@@ -108,10 +108,6 @@ def ranked_candidates(plan: Plan) -> list[int]:
         return (not c.chosen, -round(c.tokens_per_second or 0.0, 6), order, c.gradient_checkpointing, -c.micro_batch_size)
 
     return sorted((i for i, c in enumerate(plan.candidates) if c.fits), key=key)
-
-
-FAMILIES = STRATEGY_FAMILIES
-"""strategies.STRATEGY_FAMILIES: what bounds each strategy's step."""
 
 
 def probe_order(plan: Plan, count: int) -> list[int]:
