@@ -52,6 +52,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            with ours and with 5e8 buckets, on 4, 2 and 1 GPUs of one four-GPU machine: whether the
                            costs per gather and per bucket grow with the ranks
   i26-stage3-world4-b-2xh100, -b-4xh100  the same less Gemma 2 and Mistral's micro-batch 2, on a second machine
+  i26-qwen7b-2xh200        every fitting candidate without offload of Qwen2.5-7B at 2,048 tokens on two H200s, 8 steps
+  i26-llama3b-2xh200       the same of Llama 3.2 3B
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -92,6 +94,9 @@ STAGE3_WORLD_LADDERS = [("gpt2-medium", 1024, "3", False, (4,)), ("mistral-7b-8l
 RATES_LADDERS = [("mixtral-32e-top8", 2048, "0", False, (18,)), ("gemma2-2b", 2048, "0", False, (1, 2)),
                  ("gemma2-2b", 2048, "1", False, (2,)), ("gemma2-2b", 2048, "2", False, (2,))]
 """Cases of the two-H200 sweeps (2026-11-27) run on one GPU and on two of one machine (i26-rates-*)."""
+
+NO_OFFLOAD = ("0", "1", "2", "3")
+"""A suite's `strategies` where its offload candidates are left out (predicted far slower per token)."""
 
 USER_ZERO2 = [("llama3.2-1b", 2048, (2, 8)), ("qwen3-1.7b", 4096, (1, 2)), ("gpt2-medium", 1024, (8,))]
 DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce_scatter": True,
@@ -263,6 +268,13 @@ SUITES = {
     # the same on a second four-GPU machine, two GPUs first
     "i26-stage3-world4-b-2xh100": _world_suite(2, short=True),
     "i26-stage3-world4-b-4xh100": _world_suite(4, short=True),
+    # settings no sweep had run on several GPUs, where a candidate without checkpointing at a few sequences meets
+    # one with it at many (the choice Gemma 2's two-H200 sweeps got wrong): a 7B-class dense model and a 3B, every
+    # fitting candidate without offload (the offload candidates are predicted 1.6-3x slower per token)
+    "i26-qwen7b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("qwen2.5-7b", 2048)], "ladders": [], "steps": 8,
+                          "strategies": NO_OFFLOAD},
+    "i26-llama3b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("llama3.2-3b", 2048)], "ladders": [], "steps": 8,
+                           "strategies": NO_OFFLOAD},
 }
 
 
@@ -293,8 +305,9 @@ def suite_cases(name: str) -> list[dict]:
     host = HOST_BYTES * num_gpus
     cases = []
     for model, seq in spec["settings"]:
-        cases += operating_cases(model, seq, gpu=spec["gpu"], capacity=None, host=host, roles=("pick",),
-                                 num_gpus=num_gpus)  # fmt: skip
+        cases += [c for c in operating_cases(model, seq, gpu=spec["gpu"], capacity=None, host=host, roles=("pick",),
+                                             num_gpus=num_gpus)
+                  if c["strategy"] in spec.get("strategies", STRATEGIES)]  # fmt: skip
     picked = {c["id"].split("|cap")[0] for c in cases}
     for model, seq, strategy, gc, micros in spec["ladders"]:
         for micro in micros:
