@@ -134,7 +134,7 @@ def measure(config: dict, mb: int, seq: int, gc: bool, steps: int) -> dict:
 def report(paths: list[str]) -> list[dict]:
     """Prints each profiled micro-step's kernel seconds by kind beside the step-time model's (recomputed now, so
     a change to the model shows here), and returns the rows: file, model, mb, gc, and per kind measured /
-    predicted."""
+    predicted (and the GEMMs' seconds, measured and predicted)."""
     rows = []
     print(f"{'profile':34s} {'model':12s} {'mb':>3s} {'gc':>3s} {'wall ms':>8s} {'kernels':>8s}   measured / predicted: "
           f"{'gemm':>5s} {'attention':>9s} {'memory-bound':>12s} {'micro-step':>10s}")  # fmt: skip
@@ -154,7 +154,8 @@ def report(paths: list[str]) -> list[dict]:
             }
             rows.append({"file": Path(path).name, "model": row["model"], "mb": row["micro_batch_size"],
                          "gc": row["gradient_checkpointing"], "wall_s": m["seconds"], "kernel_s": kernels,
-                         "predicted_s": p["total_s"], **ratios})  # fmt: skip
+                         "predicted_s": p["total_s"], "gemm_s": m["kernel_s"].get("gemm", 0.0),
+                         "gemm_predicted_s": p["gemm_s"], **ratios})  # fmt: skip
             print(f"{Path(path).name[:34]:34s} {row['model']:12s} {row['micro_batch_size']:3d} "
                   f"{'yes' if row['gradient_checkpointing'] else 'no':>3s} {m['seconds'] * 1e3:8.1f} {kernels * 1e3:8.1f}   "
                   f"{'':22s}{ratios['gemm']:5.2f} {ratios['attention']:9.2f} {ratios['memory']:12.2f} {ratios['total']:10.2f}")  # fmt: skip

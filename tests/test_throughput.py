@@ -101,8 +101,9 @@ def test_compute_hand_computed():
 
 
 def test_checkpointing_recomputes_the_layers_not_the_lm_head():
-    # 8N per token less the lm_head's recomputed forward (2 * vocab * hidden = 2e6): 7.998e12.
-    assert throughput.matmul_flops(TOY, work(gradient_checkpointing=True)) == pytest.approx(7.998e12)
+    # 8N per token less the lm_head's recomputed forward (2 * vocab * hidden = 2e6) and each layer's down_proj
+    # (2 * intermediate * hidden = 8e6 x 10 layers: its output goes straight into the residual add): 7.918e12.
+    assert throughput.matmul_flops(TOY, work(gradient_checkpointing=True)) == pytest.approx(7.918e12)
     assert throughput.attention_flops(TOY, work(gradient_checkpointing=True)) == pytest.approx(1.6e11)
 
 
@@ -396,6 +397,24 @@ def test_gemm_shapes_reconcile_with_the_exact_parameter_count(name):
     for ckpt in (False, True):
         w = work(micro_batch_size=2, seq_len=512, gradient_checkpointing=ckpt)
         assert sum(g.flops for g in throughput.gemms(spec, w)) == pytest.approx(throughput.matmul_flops(spec, w), rel=5e-3)
+
+
+def test_the_mlp_output_projection_is_recomputed_only_where_something_after_it_saves_its_output():
+    down = TOY.intermediate_size * TOY.hidden_size
+    assert throughput.output_projection_params(TOY) == down  # Llama: down_proj -> residual add
+    assert throughput.output_projection_params(replace(TOY, model_type="gemma2")) == 0  # post-feedforward norm
+    assert throughput.output_projection_params(replace(TOY, model_type="gpt2", config={})) == 0  # resid_pdrop 0.1
+    assert throughput.output_projection_params(replace(TOY, model_type="gpt2", config={"resid_pdrop": 0.0})) == down
+    assert throughput.output_projection_params(_moe(8, 2, 1000)) == 0
+    checkpointed = work(gradient_checkpointing=True)
+    assert throughput.unrecomputed_params(TOY, work()) == 0
+    assert throughput.unrecomputed_params(TOY, replace(checkpointed, method="lora")) == 0  # PEFT runs the base first
+    # Llama 3.2 1B's GEMMs charge down_proj's forward once, the other projections twice
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    plain = sum(g.flops for g in throughput.gemms(spec, work()))
+    again = sum(g.flops for g in throughput.gemms(spec, checkpointed)) - plain
+    projections = sum(k * n for k, n in throughput.layer_linears(spec)) - spec.intermediate_size * spec.hidden_size
+    assert again == pytest.approx(2 * 1000 * spec.num_layers * projections, rel=1e-6)
 
 
 def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:

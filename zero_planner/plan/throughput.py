@@ -335,13 +335,14 @@ def training_flops(spec: ModelSpec, workload: Workload) -> float:
 def matmul_flops(spec: ModelSpec, workload: Workload) -> float:
     """Returns the weight-matmul FLOPs of one micro-step on one GPU: 2 * passes * N per token, where a
     checkpointed forward recomputes the decoder layers only (Hugging Face checkpoints each layer; the
-    lm_head runs forward and backward once), so the lm_head counts 6, not 8."""
+    lm_head runs forward and backward once), so the lm_head counts 6, not 8, and neither is the MLP's output
+    projection run again where its recomputation stops early (unrecomputed_params)."""
     tokens = workload.micro_batch_size * workload.seq_len
     passes = _passes(workload)
     head = spec.vocab_size * spec.hidden_size if workload.task == "causal-lm" else 0
     head = min(head, compute_params(spec))
-    recomputed_head = head if workload.gradient_checkpointing else 0
-    return float(2 * passes * compute_params(spec) * tokens - 2 * recomputed_head * tokens)
+    not_recomputed = head + spec.num_layers * unrecomputed_params(spec, workload) if workload.gradient_checkpointing else 0
+    return float(2 * passes * compute_params(spec) * tokens - 2 * not_recomputed * tokens)
 
 
 def attention_flops(spec: ModelSpec, workload: Workload) -> float:
@@ -397,14 +398,13 @@ def layer_traffic_bytes(spec: ModelSpec) -> int:
     model_type = spec.model_type
     activation = str(spec.config.get("hidden_act") or spec.config.get("activation_function") or "silu")
     layer_norm = model_type in ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi")
-    norms = 4 if model_type in ("gemma2", "gemma3", "gemma3_text") else 2  # gemma-2: pre- and post-norms
+    norms = 4 if model_type in _POST_NORM_TYPES else 2  # gemma-2: pre- and post-norms
     norm_bytes = norms * (_LAYER_NORM_BYTES if layer_norm else _RMS_NORM_BYTES) * h
     rotary = 0 if model_type in ("gpt2", "opt", "bloom") else _ROTARY_BYTES * (d_q + d_kv)
     qk_norm = _RMS_NORM_BYTES * (d_q + d_kv) if model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") else 0
     act = (_PYTHON_GELU_BYTES if activation in ("gelu_new", "gelu_fast") else _NATIVE_ACTIVATION_BYTES) * mlp
     gate = _GATE_MULTIPLY_BYTES * mlp if spec.gated_mlp else 0
-    resid_pdrop = spec.config.get("resid_pdrop", 0.1 if model_type == "gpt2" else 0.0)  # GPT2Config's default
-    dropout = 2 * _DROPOUT_BYTES * h if float(resid_pdrop or 0) > 0 else 0
+    dropout = 2 * _DROPOUT_BYTES * h if _residual_dropout(spec) > 0 else 0
     residual = 2 * _RESIDUAL_BYTES * h
     return (norm_bytes + rotary + qk_norm + act + gate + dropout + residual + shared_expert_bytes(spec)
             + _ATTENTION_OUTPUT_BYTES * d_q)  # fmt: skip
@@ -578,6 +578,40 @@ def moe_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     return float(tokens * spec.num_layers * per_token)
 
 
+_POST_NORM_TYPES = ("gemma2", "gemma3", "gemma3_text")
+"""Types with a norm on each sublayer's output before the residual add (Gemma 2's post_feedforward_layernorm)."""
+
+
+def output_projection_params(spec: ModelSpec) -> int:
+    """Returns the weights per layer that checkpointing's recomputed forward does not multiply again: the dense
+    MLP's output projection (down_proj, c_proj) where its output goes straight into the residual add, else 0.
+
+    The recomputation stops once every tensor saved for backward is back (activation_traffic_bytes, above).
+    Autograd packs a matmul's saved inputs before the kernel runs, and the residual add saves nothing, so the
+    last thing recomputed is the projection's input: its GEMM is not run again. Kernel profiles with and
+    without checkpointing (benchmarks/recompute_profile.py, H100 and H200, 2-6 x 2,048 tokens) put the
+    recomputed GEMMs at 0.17-0.22 of the plain micro-step's for Llama 3.2 1B and Qwen3-1.7B, whose forward
+    GEMMs less down_proj are 0.19 and 0.20 (all of them: 0.26, 0.27), and at 0.25-0.27 for Gemma 2 2B (0.26),
+    whose post-feedforward norm saves the projection's output. A residual dropout (GPT-2's resid_pdrop) saves
+    its mask, which needs the output too. Mixtures of experts (their tail is in MoeLayerBytes) and adapters
+    (PEFT runs the frozen projection before the adapter's path) are recomputed whole."""
+    if spec.num_experts > 1 or spec.model_type in _POST_NORM_TYPES or _residual_dropout(spec) > 0:
+        return 0
+    return spec.intermediate_size * spec.hidden_size
+
+
+def unrecomputed_params(spec: ModelSpec, workload: Workload) -> int:
+    """Returns output_projection_params where `workload` checkpoints and trains every weight, else 0."""
+    if not workload.gradient_checkpointing or workload.method in ("lora", "qlora"):
+        return 0
+    return output_projection_params(spec)
+
+
+def _residual_dropout(spec: ModelSpec) -> float:
+    """Returns the dropout probability on each residual branch (GPT2Config's default 0.1, 0 for the rest)."""
+    return float(spec.config.get("resid_pdrop", 0.1 if spec.model_type == "gpt2" else 0.0) or 0)
+
+
 _FUSED_QKV = ("phi3", "gpt2", "gpt_neox", "phi", "falcon", "bloom", "gptj")
 """Types whose attention projects q, k and v in one linear layer (phi3 qkv_proj, gpt2 c_attn, ...)."""
 _FUSED_GATE_UP = ("phi3",)
@@ -648,9 +682,12 @@ def gemms(spec: ModelSpec, workload: Workload) -> list[Gemm]:
     b = 4 if workload.precision == "fp32" else 2
     trains_weights = workload.method not in ("lora", "qlora")
     forwards = 2 if workload.gradient_checkpointing else 1
+    skips_output = unrecomputed_params(spec, workload) > 0
+    linears = layer_linears(spec)
     result: list[Gemm] = []
-    for k, n in layer_linears(spec):
-        result += _linear_gemms(tokens, k, n, spec.num_layers, b, weight_grad=trains_weights, forwards=forwards)
+    for index, (k, n) in enumerate(linears):
+        once = skips_output and index == len(linears) - 1  # the MLP's output projection: not recomputed
+        result += _linear_gemms(tokens, k, n, spec.num_layers, b, weight_grad=trains_weights, forwards=1 if once else forwards)
     if workload.task == "causal-lm":
         result += _linear_gemms(tokens, spec.hidden_size, spec.vocab_size, 1, b, weight_grad=trains_weights, forwards=1)
     if spec.num_experts > 1:
