@@ -54,6 +54,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-stage3-world4-b-2xh100, -b-4xh100  the same less Gemma 2 and Mistral's micro-batch 2, on a second machine
   i26-qwen7b-2xh200        every fitting candidate without offload of Qwen2.5-7B at 2,048 tokens on two H200s, 8 steps
   i26-llama3b-2xh200       the same of Llama 3.2 3B
+  i26-phi3-h200            every fitting candidate without offload of Phi-3-mini at 2,048 tokens on one H200, 6 steps
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -275,6 +276,10 @@ SUITES = {
                           "strategies": NO_OFFLOAD},
     "i26-llama3b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("llama3.2-3b", 2048)], "ladders": [], "steps": 8,
                            "strategies": NO_OFFLOAD},
+    # the family with fewest timed runs (two): Phi-3-mini at 2,048 tokens, where its 2,047-token sliding window makes
+    # SDPA take a masked kernel (4.6-4.9 x the model's attention time in recompute_profile), every candidate without
+    # offload on one H200
+    "i26-phi3-h200": {"gpu": "H200", "settings": [("phi3-mini", 2048)], "ladders": [], "steps": 6, "strategies": NO_OFFLOAD},
 }
 
 
