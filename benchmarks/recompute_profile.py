@@ -76,8 +76,7 @@ def predicted(config: dict, name: str, mb: int, seq: int, gc: bool, gpu_name: st
     workload = Workload(micro_batch_size=mb, seq_len=seq, gradient_checkpointing=gc, precision="bf16")
     return {
         "gemm_s": throughput.gemm_seconds(spec, gpu, workload),
-        "attention_s": throughput.attention_flops(spec, workload)
-        / throughput.attention_flops_per_s(gpu, "bf16"),
+        "attention_s": throughput.attention_seconds(spec, gpu, workload),
         "other_s": throughput.device_traffic_bytes(spec, workload) / throughput.memory_bytes_per_s(gpu),
         "other_bytes": throughput.device_traffic_bytes(spec, workload),
         "total_s": throughput.micro_step_gpu_seconds(spec, gpu, workload),

@@ -65,6 +65,7 @@ class Features:
     gemm_bytes_s: tuple[float, ...]
     """Each GEMM shape's bytes over the catalog bandwidth."""
     attention_s: float
+    """Attention FLOPs of the unmasked layers over the peak (at the fitted attention rate)."""
     traffic_s: float
     optimizer_param_s: float
     fetches: int
@@ -79,6 +80,8 @@ class Features:
     """ZeRO-3's gathers across ranks (several GPUs; throughput.stage3_gathers); 0 on one GPU, where DeepSpeed skips them."""
     communication_s: float = 0.0
     """ZeRO's collectives between GPUs per step at NCCL's measured rate (throughput.communication_seconds)."""
+    masked_attention_s: float = 0.0
+    """Seconds of the masked layers' attention at the measured masked_attention_fraction (not fitted)."""
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
@@ -114,6 +117,7 @@ def features(case, base: Calibration | None = None) -> Features:
     peak = throughput.peak_flops(gpu, workload.precision)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
     stage3_across_ranks = strategy.stage == 3 and workload.world_size > 1  # gathers and reductions span ranks
+    masked = throughput.masked_attention_share(spec, workload) if base.masked_attention_fraction else 0.0
     return Features(
         name=case.name,
         family=family_of(case),
@@ -125,7 +129,9 @@ def features(case, base: Calibration | None = None) -> Features:
         gemm_flops_s=tuple(g.flops / peak / (base.grouped_gemm_fraction if g.grouped else 1.0)
                            for g in throughput.gemms(spec, workload)),
         gemm_bytes_s=tuple(g.bytes / bandwidth for g in throughput.gemms(spec, workload)),
-        attention_s=throughput.attention_flops(spec, workload) / peak,
+        attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
+        masked_attention_s=(throughput.attention_flops(spec, workload) * masked / (peak * base.masked_attention_fraction)
+                            if masked else 0.0),
         traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
@@ -144,7 +150,7 @@ def gpu_seconds(c: Features, cal: Calibration) -> float:
     """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
     f, h = cal.matmul_fraction, cal.memory_fraction_for(c.gpu)
     gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
-    return gemm + c.attention_s / cal.attention_fraction + c.traffic_s / h
+    return gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.traffic_s / h
 
 
 def host_seconds(c: Features, cal: Calibration) -> float:
@@ -178,6 +184,7 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     flops = np.array([c.gemm_flops_s + (0.0,) * (width - len(c.gemm_flops_s)) for c in cases])
     size = np.array([c.gemm_bytes_s + (0.0,) * (width - len(c.gemm_bytes_s)) for c in cases])
     traffic = np.array([c.traffic_s for c in cases])
+    fixed = np.array([c.masked_attention_s for c in cases])  # measured, not fitted
     x = np.array([[c.attention_s, c.optimizer_param_s] for c in cases]) / t[:, None]
     gram = x.T @ x
     if abs(np.linalg.det(gram)) < 1e-12 * max(1.0, float(np.abs(gram).max())) ** 2:
@@ -187,7 +194,7 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     hs = np.arange(30, 101) / 100
     # rest[f, h, case] = t - GEMM rooflines - traffic / h, relative to t
     gemm = np.maximum(flops[None, None] / fs[:, None, None, None], size[None, None] / hs[None, :, None, None]).sum(-1)
-    rest = 1 - (gemm + traffic / hs[None, :, None]) / t
+    rest = 1 - (gemm + traffic / hs[None, :, None] + fixed) / t
     coef = np.einsum("ij,fhj->fhi", inverse, np.einsum("cj,fhc->fhj", x, rest))  # (1/a, bytes/h)
     residual = ((np.einsum("cj,fhj->fhc", x, coef) - rest) ** 2).sum(-1)
     physical = (coef[..., 0] >= 1) & (coef[..., 1] >= 0)

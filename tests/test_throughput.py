@@ -417,6 +417,26 @@ def test_the_mlp_output_projection_is_recomputed_only_where_something_after_it_s
     assert again == pytest.approx(2 * 1000 * spec.num_layers * projections, rel=1e-6)
 
 
+def test_attention_through_a_mask_runs_at_its_measured_rate():
+    # Phi-3-mini's 2,047-token window: at 2,048 tokens every layer attends through a boolean mask (no causal skip),
+    # timed at masked_attention_fraction of the peak; at 1,024 no layer does, and the fitted rate holds
+    spec = load_model_spec("microsoft/Phi-3-mini-4k-instruct")
+    cal = throughput.load_calibration()
+    gpu = find_gpu("H100-SXM")
+    for seq, masked in ((1024, 0.0), (2048, 1.0)):
+        w = work(seq_len=seq)
+        assert throughput.masked_attention_share(spec, w) == masked
+        flops = throughput.attention_flops(spec, w)
+        rate = throughput.peak_flops(gpu, "bf16") * (cal.masked_attention_fraction if masked else cal.attention_fraction)
+        assert throughput.attention_seconds(spec, gpu, w) == pytest.approx(flops / rate)
+    assert throughput.masked_attention_share(spec, replace(work(seq_len=2048), attn_implementation="eager")) == 0.0
+    # unmeasured (0): the unmasked rate
+    unmeasured = replace(cal, masked_attention_fraction=0.0)
+    w = work(seq_len=2048)
+    assert throughput.attention_seconds(spec, gpu, w, unmeasured) == pytest.approx(
+        throughput.attention_flops(spec, w) / throughput.attention_flops_per_s(gpu, "bf16", unmeasured))
+
+
 def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:
     """A mixture of experts with the TOY's attention and `experts` routed experts of width `intermediate`."""
     return replace(TOY, model_type="mixtral", num_experts=experts, num_experts_per_tok=top_k,

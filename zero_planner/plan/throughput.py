@@ -127,6 +127,13 @@ class Calibration:
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
     FLOPs. 1.0 where not measured: grouped GEMMs at the dense rate, their size penalty from the roofline alone."""
+    masked_attention_fraction: float = 0.0
+    """MEASURED (benchmarks/recompute_profile.py): the rate SDPA's kernels get through attention_flops of a layer
+    that attends through an explicit mask (memory.sdpa_masked_layers: a sliding window the sequence reaches), as a
+    fraction of the 16-bit peak. Transformers then hands SDPA a boolean mask instead of is_causal, and the kernel
+    cannot skip the causal half. Phi-3-mini at 4 x 2,048 on one H200 (head dim 96, window 2,047; cuDNN's flash
+    kernels with the mask, 2026-11-27): 0.194 of the peak plain, 0.205 checkpointed, where the unmasked kernels
+    of three other models ran at 0.53-0.80. 0 where not measured: the unmasked rate."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
@@ -1057,8 +1064,27 @@ def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
     """Returns the GPU's seconds for one micro-step: weight matmuls at their rooflines, attention at its
     achieved rate, memory-bound kernels at the achieved HBM rate."""
     matmul_s = gemm_seconds(spec, gpu, workload, calibration)
-    attention_s = attention_flops(spec, workload) / attention_flops_per_s(gpu, workload.precision, calibration)
-    return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
+    return matmul_s + attention_seconds(spec, gpu, workload, calibration) + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
+
+
+def masked_attention_share(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the share of attention_flops in layers that attend through an explicit mask under SDPA
+    (memory.sdpa_masked_layers), 0 for other attention implementations."""
+    if workload.attn_implementation != "sdpa" or not spec.num_layers:
+        return 0.0
+    return sdpa_masked_layers(spec, workload.seq_len) / spec.num_layers
+
+
+def attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the seconds of one micro-step's attention kernels: unmasked layers at the fitted attention rate,
+    masked ones at Calibration.masked_attention_fraction of the peak where measured."""
+    cal = calibration or load_calibration()
+    flops = attention_flops(spec, workload)
+    masked = masked_attention_share(spec, workload) if cal.masked_attention_fraction else 0.0
+    seconds = flops * (1 - masked) / attention_flops_per_s(gpu, workload.precision, calibration)
+    if masked:
+        seconds += flops * masked / (peak_flops(gpu, workload.precision) * cal.masked_attention_fraction)
+    return seconds
 
 
 def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
