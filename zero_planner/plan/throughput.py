@@ -1035,9 +1035,13 @@ def attention_mask_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the bytes of explicit attention masks in one micro-step (0 where SDPA runs causal without one).
 
     A sliding window the sequence reaches (memory.sdpa_masked_layers) makes transformers hand SDPA a boolean
-    (batch, 1, seq, seq) mask; flash attention takes none, so SDPA converts it into an additive bias in the
-    query's dtype (read 1 B, write `b` per position, every call) and runs the memory-efficient kernel, whose
-    grid walks query blocks within a head: each head reads the bias again, forward and backward.
+    (batch, 1, seq, seq) mask, which SDPA turns into an additive bias in the query's dtype (read 1 B, write `b`
+    per position, every forward call). On the H100 and H200 (torch 2.11) cuDNN's flash kernels take that bias
+    and read it inside the attention kernel, whose time masked_attention_fraction holds: Phi-3-mini's kernel
+    profiles (recompute-h100-phi3-*-2026-11-27.json) moved the memory-bound kernels by 1.3 ms plain and 2.4
+    checkpointed from 4 x 2,048 to 2 x 4,096 tokens, this conversion's bytes, where a bias read again per head
+    (the memory-efficient kernel's grid) would have added 41 and 62 ms. GPUs whose SDPA takes the memory-efficient
+    kernel instead are not measured.
     """
     if workload.attn_implementation != "sdpa":
         return 0.0
@@ -1046,9 +1050,7 @@ def attention_mask_bytes(spec: ModelSpec, workload: Workload) -> float:
         return 0.0
     b = 4 if workload.precision == "fp32" else 2
     positions = workload.micro_batch_size * workload.seq_len * workload.seq_len
-    forward = positions * (1 + b + spec.num_attention_heads * b)
-    backward = positions * spec.num_attention_heads * b
-    return float(masked * (forward * (2 if workload.gradient_checkpointing else 1) + backward))
+    return float(masked * positions * (1 + b) * (2 if workload.gradient_checkpointing else 1))
 
 
 def device_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
