@@ -133,7 +133,8 @@ class Calibration:
     fraction of the 16-bit peak. Transformers then hands SDPA a boolean mask instead of is_causal, and the kernel
     cannot skip the causal half. Phi-3-mini at 4 x 2,048 on one H200 (head dim 96, window 2,047; cuDNN's flash
     kernels with the mask, 2026-11-27): 0.194 of the peak plain, 0.205 checkpointed, where the unmasked kernels
-    of three other models ran at 0.53-0.80. 0 where not measured: the unmasked rate."""
+    of three other models ran at 0.53-0.80; on one H100 the same profile at 4 x 2,048 and 2 x 4,096 took 0.95-0.99
+    of the time this rate gives. 0 where not measured: the unmasked rate."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
@@ -348,7 +349,8 @@ def matmul_flops(spec: ModelSpec, workload: Workload) -> float:
     passes = _passes(workload)
     head = spec.vocab_size * spec.hidden_size if workload.task == "causal-lm" else 0
     head = min(head, compute_params(spec))
-    not_recomputed = head + spec.num_layers * unrecomputed_params(spec, workload) if workload.gradient_checkpointing else 0
+    skipped = spec.num_layers * unrecomputed_params(spec, workload)
+    not_recomputed = head + skipped if workload.gradient_checkpointing else 0
     return float(2 * passes * compute_params(spec) * tokens - 2 * not_recomputed * tokens)
 
 
@@ -694,7 +696,8 @@ def gemms(spec: ModelSpec, workload: Workload) -> list[Gemm]:
     result: list[Gemm] = []
     for index, (k, n) in enumerate(linears):
         once = skips_output and index == len(linears) - 1  # the MLP's output projection: not recomputed
-        result += _linear_gemms(tokens, k, n, spec.num_layers, b, weight_grad=trains_weights, forwards=1 if once else forwards)
+        result += _linear_gemms(tokens, k, n, spec.num_layers, b, weight_grad=trains_weights,
+                                forwards=1 if once else forwards)
     if workload.task == "causal-lm":
         result += _linear_gemms(tokens, spec.hidden_size, spec.vocab_size, 1, b, weight_grad=trains_weights, forwards=1)
     if spec.num_experts > 1:
@@ -1066,7 +1069,8 @@ def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
     """Returns the GPU's seconds for one micro-step: weight matmuls at their rooflines, attention at its
     achieved rate, memory-bound kernels at the achieved HBM rate."""
     matmul_s = gemm_seconds(spec, gpu, workload, calibration)
-    return matmul_s + attention_seconds(spec, gpu, workload, calibration) + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
+    attention_s = attention_seconds(spec, gpu, workload, calibration)
+    return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
 
 
 def masked_attention_share(spec: ModelSpec, workload: Workload) -> float:
