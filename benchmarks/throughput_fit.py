@@ -117,7 +117,7 @@ def features(case, base: Calibration | None = None) -> Features:
     peak = throughput.peak_flops(gpu, workload.precision)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
     stage3_across_ranks = strategy.stage == 3 and workload.world_size > 1  # gathers and reductions span ranks
-    masked = throughput.masked_attention_share(spec, workload) if base.masked_attention_fraction else 0.0
+    masked = throughput.masked_attention_share(spec, workload, base)
     return Features(
         name=case.name,
         family=family_of(case),
@@ -130,8 +130,7 @@ def features(case, base: Calibration | None = None) -> Features:
                            for g in throughput.gemms(spec, workload)),
         gemm_bytes_s=tuple(g.bytes / bandwidth for g in throughput.gemms(spec, workload)),
         attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
-        masked_attention_s=(throughput.attention_flops(spec, workload) * masked / (peak * base.masked_attention_fraction)
-                            if masked else 0.0),
+        masked_attention_s=throughput.masked_attention_seconds(spec, gpu, workload, base),
         traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,

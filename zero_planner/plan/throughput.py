@@ -1046,9 +1046,7 @@ def attention_mask_bytes(spec: ModelSpec, workload: Workload) -> float:
     (the memory-efficient kernel's grid) would have added 41 and 62 ms. GPUs whose SDPA takes the memory-efficient
     kernel instead are not measured.
     """
-    if workload.attn_implementation != "sdpa":
-        return 0.0
-    masked = sdpa_masked_layers(spec, workload.seq_len)
+    masked = _sdpa_masked_layers(spec, workload)
     if not masked:
         return 0.0
     b = 4 if workload.precision == "fp32" else 2
@@ -1073,24 +1071,39 @@ def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
     return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
 
 
-def masked_attention_share(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the share of attention_flops in layers that attend through an explicit mask under SDPA
-    (memory.sdpa_masked_layers), 0 for other attention implementations."""
-    if workload.attn_implementation != "sdpa" or not spec.num_layers:
+def _sdpa_masked_layers(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the layers that attend through an explicit mask (memory.sdpa_masked_layers) where attention runs
+    in SDPA, 0 for other attention implementations."""
+    return sdpa_masked_layers(spec, workload.seq_len) if workload.attn_implementation == "sdpa" else 0
+
+
+def masked_attention_share(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the share of attention_flops timed at the masked rate: that of the layers attending through an
+    explicit mask under SDPA, where Calibration.masked_attention_fraction is measured (else 0: those layers run
+    at the unmasked rate)."""
+    cal = calibration or load_calibration()
+    if not cal.masked_attention_fraction or not spec.num_layers:
         return 0.0
-    return sdpa_masked_layers(spec, workload.seq_len) / spec.num_layers
+    return _sdpa_masked_layers(spec, workload) / spec.num_layers
+
+
+def masked_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
+                             calibration: Calibration | None = None) -> float:
+    """Returns the seconds of the masked layers' attention at Calibration.masked_attention_fraction of the peak."""
+    share = masked_attention_share(spec, workload, calibration)
+    if not share:
+        return 0.0
+    cal = calibration or load_calibration()
+    rate = peak_flops(gpu, workload.precision) * cal.masked_attention_fraction
+    return attention_flops(spec, workload) * share / rate
 
 
 def attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
     """Returns the seconds of one micro-step's attention kernels: unmasked layers at the fitted attention rate,
-    masked ones at Calibration.masked_attention_fraction of the peak where measured."""
-    cal = calibration or load_calibration()
-    flops = attention_flops(spec, workload)
-    masked = masked_attention_share(spec, workload) if cal.masked_attention_fraction else 0.0
-    seconds = flops * (1 - masked) / attention_flops_per_s(gpu, workload.precision, calibration)
-    if masked:
-        seconds += flops * masked / (peak_flops(gpu, workload.precision) * cal.masked_attention_fraction)
-    return seconds
+    masked ones at their measured rate (masked_attention_seconds)."""
+    unmasked = attention_flops(spec, workload) * (1 - masked_attention_share(spec, workload, calibration))
+    return (unmasked / attention_flops_per_s(gpu, workload.precision, calibration)
+            + masked_attention_seconds(spec, gpu, workload, calibration))
 
 
 def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
