@@ -124,6 +124,7 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int 
     cases = []
     rows = [row for row in load_cases() if row["status"] == "ok" and not row.get("gpu_shared")
             and row["case"].get("kind") != "zero-run" and not row["case"].get("variant")
+            and row["case"].get("phase_sync", True)
             and (gpus is None or row["case"]["num_gpus"] == gpus)]  # fmt: skip
     for row in most_steps(rows):
         case = row["case"]
@@ -365,6 +366,32 @@ def user_configs() -> list[tuple[str, float, float, float]]:
     return out
 
 
+def loop_waits() -> list[tuple[str, float, float, float]]:
+    """Prints and returns (case, seconds timed as the harness times, as zero-run's loop runs, predicted) for the
+    committed sync pairs (timing_suite.py `sync_pairs`): the same case with the harness's wait after forward,
+    backward and step, then with one wait per step (`phase_sync` False, not fitted)."""
+    rows = {row["id"]: row for row in load_cases() if row["status"] == "ok" and "|one-sync-" in row["id"]
+            or "|phase-sync-" in row["id"]}  # fmt: skip
+    pairs = [(rows[i], rows[i.replace("|one-sync-", "|phase-sync-")]) for i in sorted(rows)
+             if "|one-sync-" in i and i.replace("|one-sync-", "|phase-sync-") in rows]  # fmt: skip
+    if not pairs:
+        return []
+    print("\nthe harness's waits: step ms with a wait after forward, backward and step (the committed runs) and with "
+          "one wait per step (zero-run's loop; not fitted), then the model's")
+    out = []
+    for one, phased in pairs:
+        case = one["case"]
+        spec = spec_from_config(case["model_config"], case["model"])
+        gpu = find_gpu(one["provenance"]["gpu"].replace("NVIDIA ", "").split()[0])
+        predicted = estimate_step_time(spec, STRATEGIES[case["strategy"]], gpu, workload_of(one, spec)).step_s
+        a, b = statistics.median(timed_steps(phased)), statistics.median(timed_steps(one))
+        name = one["id"].replace("|one-sync-", "|")
+        print(f"  {name[:64]:64s} {a * 1e3:7.1f} {b * 1e3:7.1f} ({b / a - 1:+.1%})  {predicted * 1e3:7.1f} "
+              f"({predicted / b - 1:+.0%} of one wait)  {one['file'].removesuffix('.jsonl')}")
+        out.append((name, a, b, predicted))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
@@ -380,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_quality(cases)
     several_gpus(args.min_tokens)
     user_configs()
+    loop_waits()
     if args.min_tokens != STATED_MIN_TOKENS:
         print(f"\n(the stated error is over micro-steps of >= {STATED_MIN_TOKENS} tokens: not compared here)")
         return 0

@@ -283,6 +283,19 @@ SUITES = {
     # the first settings on four GPUs outside Llama 3.2 1B and Qwen3-1.7B, every no-offload candidate: Gemma 2 2B,
     # whose plan quality on two H200s is the worst measured (0.765, 0.851; here the model has ZeRO-1 at 2 without
     # checkpointing 3% ahead of 8 with it), and Qwen2.5-7B, where ZeRO-1 and 3 with checkpointing are predicted tied
+    # does the harness's wait after each phase (for the phases' times) slow the step that zero-run's loop, waiting
+    # once per step, runs? Gemma 2's small ZeRO-1 step idles its GPUs 40-76 ms (step-profile-2xh200): the cases
+    # whose order the model gets wrong, and Llama 3.2 1B at 2 at ZeRO-1 and 3
+    "i26-phase-sync-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 8,
+                              "sync_pairs": [("gemma2-2b", 2048, "1", False, 2, 2), ("gemma2-2b", 2048, "1", True, 7, 1),
+                                             ("llama3.2-1b", 2048, "1", False, 2, 1),
+                                             ("llama3.2-1b", 2048, "3", False, 2, 1)]},
+    # the same on four GPUs: the two sweeps' picks against their best (Gemma 2 ZeRO-1 at 2 against 8 with
+    # checkpointing; Qwen2.5-7B ZeRO-1 against ZeRO-2 at 9 with checkpointing)
+    "i26-phase-sync-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [], "ladders": [], "steps": 8,
+                              "sync_pairs": [("gemma2-2b", 2048, "1", False, 2, 1), ("gemma2-2b", 2048, "1", True, 8, 1),
+                                             ("qwen2.5-7b", 2048, "1", True, 9, 1),
+                                             ("qwen2.5-7b", 2048, "2", True, 9, 1)]},
     "i26-gemma2-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("gemma2-2b", 2048)], "ladders": [], "steps": 8,
                           "strategies": NO_OFFLOAD},
     "i26-qwen7b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("qwen2.5-7b", 2048)], "ladders": [], "steps": 8,
@@ -332,6 +345,15 @@ def suite_cases(name: str) -> list[dict]:
         c["id"] += f"|{variant}"
         c["variant"] = variant
         cases.append(c)
+    for model, seq, strategy, gc, micro, repeats in spec.get("sync_pairs", []):
+        # the same case timed as the harness does (a wait after forward, backward and step) and as zero-run's loop
+        # does (one wait per step, phase_sync False), alternating, `repeats` times each
+        for k in range(1, repeats + 1):
+            for phase_sync in (True, False):
+                c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"], num_gpus)
+                c["id"] += f"|{'phase-sync' if phase_sync else 'one-sync'}-{k}"
+                c["phase_sync"] = phase_sync
+                cases.append(c)
     for c in cases:
         c["steps"] = spec.get("steps", STEPS)
     cases += [_rerun_case(results_file, case_id) for results_file, case_id in spec.get("reruns", [])]

@@ -77,3 +77,11 @@ def test_a_sweep_on_two_gpus_plans_for_two_gpus():
     cases = suite_cases("i26-llama1b-2xh100")
     assert {c["num_gpus"] for c in cases} == {2} and len(cases) == 14
     assert all("|g2|" in c["id"] for c in cases) and sum(c["planned"]["chosen"] for c in cases) == 1
+
+
+def test_a_sync_pair_alternates_the_harness_wait_and_zero_runs_one_wait():
+    cases = suite_cases("i26-phase-sync-2xh200")
+    gemma = [c for c in cases if c["id"].startswith("gemma2-2b|1|bf16|mb2|")]
+    assert [c["phase_sync"] for c in gemma] == [True, False, True, False]
+    assert [c["id"].rsplit("|", 1)[1] for c in gemma] == ["phase-sync-1", "one-sync-1", "phase-sync-2", "one-sync-2"]
+    assert len({c["id"] for c in cases}) == len(cases)
