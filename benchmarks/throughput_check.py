@@ -115,16 +115,18 @@ def most_steps(rows: list[dict]) -> list[dict]:
     return [row for row in rows if len(timed_steps(row)) == longest[key(row)]]
 
 
-def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int | None = 1) -> list[MeasuredCase]:
+def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int | None = 1,
+                   one_sync: bool = False) -> list[MeasuredCase]:
     """Returns the committed cases of `gpus` GPUs (None: any number) that ran alone, with step times, at >=
     min_tokens per micro-step, less diagnostic variants of our DeepSpeed JSON (timing_suite.py's `variant`: a
     setting the planner never writes and the model does not see); with host_shared, also those whose host ran
-    another harness's cases meanwhile (MeasuredCase.host_shared)."""
+    another harness's cases meanwhile (MeasuredCase.host_shared); with one_sync, only the runs timed as zero-run's
+    loop runs (gpu_step.py phase_sync False: one wait per step), which the fit does not see."""
     specs: dict = {}
     cases = []
     rows = [row for row in load_cases() if row["status"] == "ok" and not row.get("gpu_shared")
             and row["case"].get("kind") != "zero-run" and not row["case"].get("variant")
-            and row["case"].get("phase_sync", True)
+            and row["case"].get("phase_sync", True) != one_sync
             and (gpus is None or row["case"]["num_gpus"] == gpus)]  # fmt: skip
     for row in most_steps(rows):
         case = row["case"]
@@ -180,6 +182,8 @@ def plan_quality(cases: list[MeasuredCase]) -> list[float]:
         pick = f"{describe(chosen)} {chosen.measured_tokens_per_second:,.0f}"
         top = f"{describe(best)} {best.measured_tokens_per_second:,.0f}"
         mark = "  host shared" if shared else ""
+        if not group[0].row["case"].get("phase_sync", True):
+            mark += "  timed as zero-run's loop (one wait per step)"
         gpus = f"{world}x{gpu}"
         print(f"  {model:16s} {seq_len:5d} {gpus:11s} {alloc:10s} {len(group):2d}  {pick:18s} {top:18s} {ratio:.3f}  "
               f"{file.removesuffix('.jsonl')}{mark}")
@@ -332,7 +336,10 @@ def several_gpus(min_tokens: int) -> list[float]:
           f"auto; out-of-family figures above, each host at its own rate)")
     case_table(cases)
     error_table(cases, "predicted / measured tokens/s - 1 on several GPUs, per strategy")
-    return plan_quality(cases)
+    # and the sweeps timed as zero-run's loop runs (one wait per step; not fitted)
+    one_sync = [c for c in measured_cases(min_tokens, gpus=None, one_sync=True) if c.setting is not None
+                and c.workload.world_size > 1 and not c.host_shared]  # fmt: skip
+    return plan_quality(cases + one_sync)
 
 
 def user_configs() -> list[tuple[str, float, float, float]]:

@@ -294,3 +294,14 @@ def test_a_step_timed_as_zero_runs_loop_stays_out_of_the_fit_and_is_compared_wit
     large = [one / phased - 1 for name, (phased, one) in pairs.items() if "|gc|" in name]
     assert len(small) == 3 and max(small) < -0.04
     assert len(large) == 4 and all(abs(d) < 0.02 for d in large)
+
+
+def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the_fit(capsys):
+    from benchmarks.throughput_check import several_gpus
+
+    one_sync = [c for c in measured_cases(4096, gpus=None, one_sync=True) if c.setting is not None]
+    assert len({c.setting for c in one_sync}) == 1 and len(one_sync) == 8
+    assert not {c.name for c in one_sync} & {c.name for c in measured_cases(4096, gpus=None)}
+    ratios = several_gpus(4096)
+    line = next(l for l in capsys.readouterr().out.splitlines() if "gemma2-one-sync" in l)
+    assert "timed as zero-run's loop" in line and len(ratios) == 13
