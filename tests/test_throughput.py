@@ -437,6 +437,36 @@ def test_attention_through_a_mask_runs_at_its_measured_rate():
         throughput.attention_flops(spec, w) / throughput.attention_flops_per_s(gpu, "bf16", unmeasured))
 
 
+def test_eager_attention_moves_its_scores_through_memory():
+    # Gemma 2 2B, 8 heads, 26 layers, soft-capped scores: (24 + 12) forward + (28 + 14) backward bytes per score
+    # element, the forward twice with checkpointing; nothing under SDPA
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "gemma2-2b.json").read_text()), "gemma2-2b")
+    eager = replace(work(micro_batch_size=5, seq_len=2048), attn_implementation="eager")
+    scores = 26 * 5 * 8 * 2048 * 2048
+    assert throughput.eager_attention_bytes(spec, eager) == scores * (36 + 42)
+    assert throughput.eager_attention_bytes(spec, replace(eager, gradient_checkpointing=True)) == scores * (2 * 36 + 42)
+    assert throughput.eager_attention_bytes(spec, replace(eager, attn_implementation="sdpa")) == 0
+    assert throughput.eager_attention_bytes(spec, replace(eager, precision="fp32")) == 2 * scores * (36 + 42)
+    # the committed measurement: zero-run with the plan's eager attention against the harness's SDPA, timed the same
+    # way (one wait per step), two H200s; the difference is these bytes at the H200's kernel rate (0.55 of 4.8 TB/s,
+    # benchmarks/results/recompute-h200-*), within 5%
+    root = ROOT / "benchmarks"
+    sweep = {json.loads(line)["id"]: json.loads(line)
+             for line in (root / "results" / "h200x2-i26-gemma2-one-sync-2026-11-27.jsonl").read_text().splitlines()}
+    for name, harness_id in (("z1", "gemma2-2b|1|bf16|mb5|s2048|nogc|g2|ga1|cap139.8|xs|one-sync"),
+                             ("z0gc", "gemma2-2b|0|bf16|mb13|s2048|gc|g2|ga1|cap139.8|xs|one-sync")):
+        report = json.loads((root / "zero_run" / f"gemma2-2b-eager-{name}-s2048-2xh200-2026-11-27.report.json").read_text())
+        case = sweep[harness_id]["case"]
+        assert sweep[harness_id]["ranks"][0]["attn_implementation"] == "sdpa"
+        assert (report["micro_batch_size"], report["strategy"]) == (case["micro_batch_size"], case["strategy"])
+        tokens = report["micro_batch_size"] * report["seq_len"] * report["world_size"]
+        steps = sweep[harness_id]["ranks"][0]["step_times_s"][1:]
+        extra_s = tokens / report["tokens_per_second"] - sorted(steps)[len(steps) // 2]
+        w = replace(work(micro_batch_size=case["micro_batch_size"], seq_len=2048,
+                         gradient_checkpointing=case["gradient_checkpointing"]), attn_implementation="eager")
+        assert throughput.eager_attention_bytes(spec, w) / (0.55 * 4.8e12) == pytest.approx(extra_s, rel=0.05)
+
+
 def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:
     """A mixture of experts with the TOY's attention and `experts` routed experts of width `intermediate`."""
     return replace(TOY, model_type="mixtral", num_experts=experts, num_experts_per_tok=top_k,

@@ -28,7 +28,8 @@ from the kernels the Hugging Face model runs: each GEMM's FLOPs and the bytes of
 (gemms: the roofline makes narrow matrices and small experts run below the matmul rate), elementwise kernels
 (norms, rotary, activations, residual adds, the loss), a mixture of experts' routing and token permutation
 (router softmax and top-k, the sort, gathers and scatter-adds, the sentinel masks, fp32 rows where the router's
-weights are fp32: counted op by op from a trace, benchmarks/moe_ops.py) and sliding-window mask biases. The achieved
+weights are fp32: counted op by op from a trace, benchmarks/moe_ops.py), sliding-window mask biases and, under eager
+attention, the materialized scores (eager_attention_bytes). The achieved
 rates are fractions of the GPU's catalog peaks, measured on one GPU (Calibration, catalog/step_time.json);
 the host's CPU Adam rate is the catalog's unless measured on the machine (host_rates.py, `--gpus
 auto`). Pure: numbers in, numbers out; no torch.
@@ -1054,12 +1055,48 @@ def attention_mask_bytes(spec: ModelSpec, workload: Workload) -> float:
     return float(masked * positions * (1 + b) * (2 if workload.gradient_checkpointing else 1))
 
 
+# Eager attention (transformers' eager_attention_forward, where SDPA is refused or not chosen) materializes the
+# scores, (batch, heads, seq, seq) per layer, the whole square (the causal half is masked, not skipped), and moves
+# them through unfused kernels. Bytes per score element with 16-bit activations (fp32: twice), forward: the QK^T
+# matmul's output 2, `* scaling` 2+2, `+ attention_mask` 2+2 (the mask, shared by the heads, left out), softmax in
+# fp32 2+4, `.to(dtype)` 4+2, the PV matmul's read 2; dropout at p=0 runs no kernel. Backward: the PV matmul's
+# gradient 2 and read 2, the cast back 2+4, softmax backward 4+4+2, `* scaling` 2+2, the QK^T matmul's two reads 4.
+_EAGER_SCORE_FORWARD_BYTES = 24
+_EAGER_SCORE_BACKWARD_BYTES = 28
+_EAGER_SOFTCAP_FORWARD_BYTES = 12
+"""Gemma 2's attention logit soft-capping on the scores: divide, tanh, multiply, 2+2 each."""
+_EAGER_SOFTCAP_BACKWARD_BYTES = 14
+"""Its backward: the multiply 2+2, tanh's 2+2+2 (the saved output), the divide 2+2."""
+
+
+def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes eager attention's score kernels move in one micro-step (0 under SDPA, whose kernels keep
+    the scores on chip).
+
+    Measured (2026-11-27, two H200s, Gemma 2 2B at 2,048 tokens): zero-run with the plan's eager attention took 131
+    ms more per step than the harness's SDPA at ZeRO-1 5 x 2,048 (0.675 against 0.544 s) and 500 ms more at ZeRO-0
+    13 x 2,048 with checkpointing (2.06 against 1.56 s); these bytes at the H200's kernel rate (0.55 of 4.8 TB/s)
+    come to 129 and 489 ms."""
+    if workload.attn_implementation != "eager" or not spec.num_layers:
+        return 0.0
+    forward = _EAGER_SCORE_FORWARD_BYTES
+    backward = _EAGER_SCORE_BACKWARD_BYTES
+    if spec.config.get("attn_logit_softcapping"):
+        forward += _EAGER_SOFTCAP_FORWARD_BYTES
+        backward += _EAGER_SOFTCAP_BACKWARD_BYTES
+    per_element = forward * (2 if workload.gradient_checkpointing else 1) + backward
+    scores = workload.micro_batch_size * spec.num_attention_heads * workload.seq_len * workload.seq_len
+    scale = 2 if workload.precision == "fp32" else 1
+    return float(spec.num_layers * scores * per_element * scale)
+
+
 def device_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the bytes of the micro-step's memory-bound kernels: elementwise kernels and the loss
     (activation_traffic_bytes), MoE routing and permutation (moe_traffic_bytes), explicit attention masks
-    (attention_mask_bytes). The GEMMs' own bytes are in their roofline (gemm_seconds)."""
+    (attention_mask_bytes), eager attention's scores (eager_attention_bytes). The GEMMs' own bytes are in their
+    roofline (gemm_seconds)."""
     return (activation_traffic_bytes(spec, workload) + moe_traffic_bytes(spec, workload)
-            + attention_mask_bytes(spec, workload))  # fmt: skip
+            + attention_mask_bytes(spec, workload) + eager_attention_bytes(spec, workload))  # fmt: skip
 
 
 def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
