@@ -459,3 +459,13 @@ def test_a_runner_up_within_the_stated_error_is_named_with_the_probe_that_orders
             in text and "--probe 2 times both" in text)  # fmt: skip
     # nothing is named where no other kind of step comes within the error
     assert runner_up_within(plan.candidates, chosen, 0.0) is None
+
+
+def test_a_plan_with_eager_attention_says_so(capsys):
+    # Gemma 2's plans record eager attention (current transformers refuse SDPA for it): the summary names it,
+    # and a plan under SDPA says nothing about attention
+    assert main(["--model", "google/gemma-2-2b", "--gpus", "1xH100", "--seq-len", "2048"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "attention: eager (current transformers releases refuse SDPA for this architecture)" in out
+    assert main(["--model", "meta-llama/Llama-3.2-1B", "--gpus", "1xH100"]) == 0
+    assert "attention:" not in capsys.readouterr().out

@@ -367,6 +367,9 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
     say(console, f"  per GPU: total {gib(per_gpu.total)} of {gib(plan.hardware.gpu_memory_bytes)} GiB (peak allocated "
         f"{gib(per_gpu.peak_allocated)} GiB{where}); host {gib(plan.estimate.cpu.total)} of "
         f"{gib(plan.hardware.cpu_memory_bytes)} GiB per node{host_where}", hang="    ")  # fmt: skip
+    if t.attn_implementation == "eager":
+        say(console, "  attention: eager (current transformers releases refuse SDPA for this architecture): every "
+            "layer materializes its scores, counted in memory and tokens/s", hang="    ")  # fmt: skip
     say(console, f"  zero-run keeps {save_summary(t.save, t.save_every, t.save_total_limit, adapters=t.method != 'full')}"
         + (f"; logs to {', '.join(t.report_to)}" if t.report_to else ""), hang="    ")  # fmt: skip
     chosen = next((c for c in plan.candidates if c.chosen), None)
