@@ -280,9 +280,6 @@ SUITES = {
     # SDPA take a masked kernel (4.6-4.9 x the model's attention time in recompute_profile), every candidate without
     # offload on one H200
     "i26-phi3-h200": {"gpu": "H200", "settings": [("phi3-mini", 2048)], "ladders": [], "steps": 6, "strategies": NO_OFFLOAD},
-    # the first settings on four GPUs outside Llama 3.2 1B and Qwen3-1.7B, every no-offload candidate: Gemma 2 2B,
-    # whose plan quality on two H200s is the worst measured (0.765, 0.851; here the model has ZeRO-1 at 2 without
-    # checkpointing 3% ahead of 8 with it), and Qwen2.5-7B, where ZeRO-1 and 3 with checkpointing are predicted tied
     # does the harness's wait after each phase (for the phases' times) slow the step that zero-run's loop, waiting
     # once per step, runs? Gemma 2's small ZeRO-1 step idles its GPUs 40-76 ms (step-profile-2xh200): the cases
     # whose order the model gets wrong, and Llama 3.2 1B at 2 at ZeRO-1 and 3
@@ -300,6 +297,9 @@ SUITES = {
     # model picks ZeRO-1 at 5 without checkpointing, 12% ahead of 16 with it
     "i26-gemma2-2xh200-one-sync": {"gpu": "H200", "num_gpus": 2, "settings": [("gemma2-2b", 2048)], "ladders": [],
                                    "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
+    # the first settings on four GPUs outside Llama 3.2 1B and Qwen3-1.7B, every no-offload candidate: Gemma 2 2B,
+    # whose plan quality on two H200s is the worst measured (0.765, 0.851; here the model has ZeRO-1 at 2 without
+    # checkpointing 3% ahead of 8 with it), and Qwen2.5-7B, where ZeRO-1 and 3 with checkpointing are predicted tied
     "i26-gemma2-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("gemma2-2b", 2048)], "ladders": [], "steps": 8,
                           "strategies": NO_OFFLOAD},
     "i26-qwen7b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("qwen2.5-7b", 2048)], "ladders": [], "steps": 8,
