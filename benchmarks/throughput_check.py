@@ -184,6 +184,9 @@ def plan_quality(cases: list[MeasuredCase]) -> list[float]:
         mark = "  host shared" if shared else ""
         if not group[0].row["case"].get("phase_sync", True):
             mark += "  timed as zero-run's loop (one wait per step)"
+        timed, planned = group[0].workload.attn_implementation, group[0].spec.attn_implementation or "sdpa"
+        if timed != planned:
+            mark += f"  timed with {timed}; zero-plan's plans run {planned}"
         gpus = f"{world}x{gpu}"
         print(f"  {model:16s} {seq_len:5d} {gpus:11s} {alloc:10s} {len(group):2d}  {pick:18s} {top:18s} {ratio:.3f}  "
               f"{file.removesuffix('.jsonl')}{mark}")
