@@ -243,6 +243,15 @@ def profile_steps(engine, case: dict, generator, steps: int) -> dict:
     return {"steps": steps, "wall_s": wall, "kernel_s": by_kind, "top_kernels": top}
 
 
+def planned_attention(config: dict, model: str | None = None) -> str | None:
+    """Returns "eager" where zero-plan's plans run eager attention (zero-run trains what the plan records), else None:
+    the builder then takes SDPA where this transformers accepts it. Gemma 2: SDPA has no soft-cap, and transformers
+    5.17 took SDPA for it anyway, dropping its attention soft-capping, where the plans (and 5.24) run eager."""
+    from zero_planner.models.spec import spec_from_config
+
+    return "eager" if spec_from_config(config, model).attn_implementation == "eager" else None
+
+
 def random_base(config: dict, precision: str, task: str, attn: str, device: str) -> str:
     """Returns a folder holding a randomly initialised base for QLoRA to quantise while loading, written once
     per machine and reused by every case of the same model (zero-run writes its own per run instead).
@@ -281,7 +290,7 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
     method, task = case.get("method", "full"), case.get("task", "causal-lm")
     num_labels = case.get("num_labels") if task == "seq-cls" else None
     weights = None
-    attn = case.get("attn_implementation")
+    attn = case.get("attn_implementation") or planned_attention(case["model_config"], case.get("model"))
     if method == "qlora":
         config = dict(case["model_config"], **({"num_labels": num_labels} if num_labels is not None else {}))
         attn = attn or attn_implementation_for(config, task)

@@ -155,3 +155,14 @@ def test_eval_builds_no_kv_cache():
     with torch.no_grad():
         model(input_ids=torch.tensor(blocks[[0]]["input_ids"]), labels=torch.tensor(blocks[[0]]["input_ids"]))
     assert caches[-1] is not None  # what the eval forward did before use_cache=False
+
+
+def test_the_harness_runs_the_attention_the_plans_run():
+    # Gemma 2's plans run eager (SDPA has no soft-cap): the harness too, whatever the GPU machine's transformers
+    # accepts; elsewhere it leaves the choice to the builder (SDPA where accepted)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.gpu_step import planned_attention
+
+    configs = ROOT / "benchmarks" / "model_configs"
+    assert planned_attention(json.loads((configs / "gemma2-2b.json").read_text()), "gemma2-2b") == "eager"
+    assert planned_attention(json.loads((configs / "llama3.2-1b.json").read_text()), "llama3.2-1b") is None
