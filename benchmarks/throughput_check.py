@@ -380,24 +380,21 @@ def loop_waits() -> list[tuple[str, float, float, float]]:
     """Prints and returns (case, seconds timed as the harness times, as zero-run's loop runs, predicted) for the
     committed sync pairs (timing_suite.py `sync_pairs`): the same case with the harness's wait after forward,
     backward and step, then with one wait per step (`phase_sync` False, not fitted)."""
-    rows = {row["id"]: row for row in load_cases() if row["status"] == "ok" and "|one-sync-" in row["id"]
-            or "|phase-sync-" in row["id"]}  # fmt: skip
-    pairs = [(rows[i], rows[i.replace("|one-sync-", "|phase-sync-")]) for i in sorted(rows)
-             if "|one-sync-" in i and i.replace("|one-sync-", "|phase-sync-") in rows]  # fmt: skip
+    phased = {c.name: c for c in measured_cases(0, gpus=None, host_shared=True) if "|phase-sync-" in c.name}
+    pairs = [(c, phased[c.name.replace("|one-sync-", "|phase-sync-")])
+             for c in measured_cases(0, gpus=None, host_shared=True, one_sync=True)
+             if "|one-sync-" in c.name and c.name.replace("|one-sync-", "|phase-sync-") in phased]  # fmt: skip
     if not pairs:
         return []
     print("\nthe harness's waits: step ms with a wait after forward, backward and step (the committed runs) and with "
           "one wait per step (zero-run's loop; not fitted), then the model's")
     out = []
-    for one, phased in pairs:
-        case = one["case"]
-        spec = spec_from_config(case["model_config"], case["model"])
-        gpu = find_gpu(one["provenance"]["gpu"].replace("NVIDIA ", "").split()[0])
-        predicted = estimate_step_time(spec, STRATEGIES[case["strategy"]], gpu, workload_of(one, spec)).step_s
-        a, b = statistics.median(timed_steps(phased)), statistics.median(timed_steps(one))
-        name = one["id"].replace("|one-sync-", "|")
+    for one, harness in sorted(pairs, key=lambda pair: pair[0].name):
+        predicted = estimate_step_time(one.spec, STRATEGIES[one.strategy], one.gpu, one.workload).step_s
+        a, b = harness.seconds, one.seconds
+        name = one.name.replace("|one-sync-", "|")
         print(f"  {name[:64]:64s} {a * 1e3:7.1f} {b * 1e3:7.1f} ({b / a - 1:+.1%})  {predicted * 1e3:7.1f} "
-              f"({predicted / b - 1:+.0%} of one wait)  {one['file'].removesuffix('.jsonl')}")
+              f"({predicted / b - 1:+.0%} of one wait)  {one.row['file'].removesuffix('.jsonl')}")
         out.append((name, a, b, predicted))
     return out
 
