@@ -55,6 +55,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-qwen7b-2xh200        every fitting candidate without offload of Qwen2.5-7B at 2,048 tokens on two H200s, 8 steps
   i26-llama3b-2xh200       the same of Llama 3.2 3B
   i26-phi3-h200            every fitting candidate without offload of Phi-3-mini at 2,048 tokens on one H200, 6 steps
+  i26-gemma2-eager-2xh200, -4xh100  every no-offload candidate of Gemma 2 2B at 2,048 tokens under eager attention
+                           (what zero-run trains), one wait per step, on two H200s and four GPUs capped at 79.2 GiB
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -304,6 +306,13 @@ SUITES = {
                           "strategies": NO_OFFLOAD},
     "i26-qwen7b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("qwen2.5-7b", 2048)], "ladders": [], "steps": 8,
                           "strategies": NO_OFFLOAD},
+    # Gemma 2 as zero-run trains it: eager attention with its soft-cap (the harness takes the planner's attention,
+    # gpu_step.planned_attention), one wait per step; every no-offload candidate on two whole H200s and on four
+    # GPUs capped at the H100's memory
+    "i26-gemma2-eager-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("gemma2-2b", 2048)], "ladders": [],
+                                "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
+    "i26-gemma2-eager-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("gemma2-2b", 2048)], "ladders": [],
+                                "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
 }
 
 
