@@ -34,7 +34,8 @@ from zero_planner.hardware import GPU, find_gpu  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
 from zero_planner.plan.memory import Workload  # noqa: E402
 from zero_planner.plan.search import pick_fastest  # noqa: E402
-from zero_planner.plan.throughput import estimate_step_time, training_flops, warmup_steps  # noqa: E402
+from zero_planner.plan.throughput import (eager_attention_bytes, eager_attention_seconds, estimate_step_time,  # noqa: E402
+                                          training_flops, warmup_steps)
 from zero_planner.strategies import STRATEGIES  # noqa: E402
 
 PLANNER_ROLES = ("pick", "rerun-xs")
@@ -399,6 +400,57 @@ def loop_waits() -> list[tuple[str, float, float, float]]:
     return out
 
 
+@dataclass(frozen=True)
+class EagerPair:
+    """One shape timed under eager attention and under SDPA, both with one wait per step (not fitted)."""
+
+    name: str
+    eager_s: float
+    sdpa_s: float
+    score_bytes: float
+    """eager_attention_bytes of the shape: what eager moves that SDPA keeps on chip."""
+    predicted_s: float
+    """eager_attention_seconds at the committed constants."""
+    bandwidth: float
+    """The GPU's catalog device-memory bandwidth, bytes/s."""
+
+    @property
+    def fraction(self) -> float:
+        """The catalog bandwidth's share at which the difference moves the score bytes."""
+        return self.score_bytes / (self.eager_s - self.sdpa_s) / self.bandwidth
+
+
+def eager_pairs(quiet: bool = False) -> list[EagerPair]:
+    """Returns (and prints unless quiet) the committed shapes timed under both attentions, each alone on its host
+    with one wait per step: the eager sweeps beside the SDPA one-wait sweeps and sync pairs of the same case on the
+    same GPU model (the median of the SDPA runs where several). Their difference per score byte is what
+    Calibration.eager_scores_memory_fraction holds."""
+    runs = measured_cases(0, gpus=None, one_sync=True)
+    sdpa: dict[tuple, list[MeasuredCase]] = defaultdict(list)
+    for c in runs:
+        if c.workload.attn_implementation == "sdpa":
+            sdpa[c.name.split("|xs")[0], c.gpu.name].append(c)
+    pairs = []
+    for c in runs:
+        twins = sdpa.get((c.name.split("|xs")[0], c.gpu.name))
+        if c.workload.attn_implementation != "eager" or not twins:
+            continue
+        pairs.append(EagerPair(name=c.name.split("|xs")[0], eager_s=c.seconds,
+                               sdpa_s=statistics.median(t.seconds for t in twins),
+                               score_bytes=eager_attention_bytes(c.spec, c.workload),
+                               predicted_s=eager_attention_seconds(c.spec, c.gpu, c.workload),
+                               bandwidth=c.gpu.memory_bandwidth_bytes_per_s))  # fmt: skip
+    if pairs and not quiet:
+        print("\neager attention: step ms under eager and under SDPA (one wait per step each, not fitted), the difference, "
+              "the model's score kernels, and the bandwidth share the difference implies")
+        for p in sorted(pairs, key=lambda p: p.name):
+            print(f"  {p.name[:56]:56s} {p.eager_s * 1e3:7.1f} {p.sdpa_s * 1e3:7.1f} {(p.eager_s - p.sdpa_s) * 1e3:6.1f} "
+                  f"{p.predicted_s * 1e3:6.1f}  {p.fraction:.3f}")
+        print(f"  median share {statistics.median(p.fraction for p in pairs):.3f} over {len(pairs)} pairs "
+              "(Calibration.eager_scores_memory_fraction)")
+    return pairs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
@@ -415,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     several_gpus(args.min_tokens)
     user_configs()
     loop_waits()
+    eager_pairs()
     if args.min_tokens != STATED_MIN_TOKENS:
         print(f"\n(the stated error is over micro-steps of >= {STATED_MIN_TOKENS} tokens: not compared here)")
         return 0

@@ -82,6 +82,9 @@ class Features:
     """ZeRO's collectives between GPUs per step at NCCL's measured rate (throughput.communication_seconds)."""
     masked_attention_s: float = 0.0
     """Seconds of the masked layers' attention at the measured masked_attention_fraction (not fitted)."""
+    eager_attention_s: float = 0.0
+    """Seconds of eager attention's score kernels at the measured eager_scores_memory_fraction (not fitted; 0 under
+    SDPA, as every fitted run)."""
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
@@ -132,6 +135,7 @@ def features(case, base: Calibration | None = None) -> Features:
         attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
         masked_attention_s=throughput.masked_attention_seconds(spec, gpu, workload, base),
         traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
+        eager_attention_s=throughput.eager_attention_seconds(spec, gpu, workload, base),
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
         reductions=throughput.stage2_reductions(spec, workload) if strategy.stage == 2 else 0,
@@ -149,7 +153,7 @@ def gpu_seconds(c: Features, cal: Calibration) -> float:
     """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
     f, h = cal.matmul_fraction, cal.memory_fraction_for(c.gpu)
     gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
-    return gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.traffic_s / h
+    return gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.eager_attention_s + c.traffic_s / h
 
 
 def host_seconds(c: Features, cal: Calibration) -> float:
@@ -183,7 +187,7 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     flops = np.array([c.gemm_flops_s + (0.0,) * (width - len(c.gemm_flops_s)) for c in cases])
     size = np.array([c.gemm_bytes_s + (0.0,) * (width - len(c.gemm_bytes_s)) for c in cases])
     traffic = np.array([c.traffic_s for c in cases])
-    fixed = np.array([c.masked_attention_s for c in cases])  # measured, not fitted
+    fixed = np.array([c.masked_attention_s + c.eager_attention_s for c in cases])  # measured, not fitted
     x = np.array([[c.attention_s, c.optimizer_param_s] for c in cases]) / t[:, None]
     gram = x.T @ x
     if abs(np.linalg.det(gram)) < 1e-12 * max(1.0, float(np.abs(gram).max())) ** 2:

@@ -29,7 +29,7 @@ from the kernels the Hugging Face model runs: each GEMM's FLOPs and the bytes of
 (norms, rotary, activations, residual adds, the loss), a mixture of experts' routing and token permutation
 (router softmax and top-k, the sort, gathers and scatter-adds, the sentinel masks, fp32 rows where the router's
 weights are fp32: counted op by op from a trace, benchmarks/moe_ops.py), sliding-window mask biases and, under eager
-attention, the materialized scores (eager_attention_bytes). The achieved
+attention, the materialized scores (eager_attention_bytes, at their own measured rate). The achieved
 rates are fractions of the GPU's catalog peaks, measured on one GPU (Calibration, catalog/step_time.json);
 the host's CPU Adam rate is the catalog's unless measured on the machine (host_rates.py, `--gpus
 auto`). Pure: numbers in, numbers out; no torch.
@@ -136,6 +136,15 @@ class Calibration:
     kernels with the mask, 2026-11-27): 0.194 of the peak plain, 0.205 checkpointed, where the unmasked kernels
     of three other models ran at 0.53-0.80; on one H100 the same profile at 4 x 2,048 and 2 x 4,096 took 0.95-0.99
     of the time this rate gives. 0 where not measured: the unmasked rate."""
+    eager_scores_memory_fraction: float = 0.0
+    """MEASURED (benchmarks/throughput_check.py's eager pairs): the rate eager attention's score kernels move their
+    bytes (eager_attention_bytes), as a fraction of the catalog device-memory bandwidth. Those bytes are work the
+    fitted runs (SDPA) never had, added to a step whose fixed costs memory_fraction has absorbed (the fitted
+    rates, 0.51 H100 and 0.435 H200, sit below the memory-bound kernels' own, 0.65 and 0.55), so they run at the
+    kernels' rate: Gemma 2 2B's steps under eager attention against the same shapes under SDPA, each timed with one
+    wait per step, on two and four H200s (2026-11-27/28), ten pairs, the difference per byte: median 0.53 (0.35 at
+    2 x 2,048, 0.50-0.59 at 4 to 16 sequences). Lent to other GPUs as the other fractions are. 0 where not
+    measured: the GPU's fitted memory rate."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
@@ -1091,21 +1100,34 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     return float(spec.num_layers * scores * per_element * scale)
 
 
+def eager_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
+                            calibration: Calibration | None = None) -> float:
+    """Returns the seconds of eager attention's score kernels in one micro-step: eager_attention_bytes at
+    Calibration.eager_scores_memory_fraction of the catalog bandwidth where measured, else at the fitted HBM rate;
+    0 under SDPA."""
+    scores = eager_attention_bytes(spec, workload)
+    if not scores:
+        return 0.0
+    cal = calibration or load_calibration()
+    if not cal.eager_scores_memory_fraction:
+        return scores / memory_bytes_per_s(gpu, calibration)
+    return scores / (gpu.memory_bandwidth_bytes_per_s * cal.eager_scores_memory_fraction)
+
+
 def device_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the bytes of the micro-step's memory-bound kernels: elementwise kernels and the loss
-    (activation_traffic_bytes), MoE routing and permutation (moe_traffic_bytes), explicit attention masks
-    (attention_mask_bytes), eager attention's scores (eager_attention_bytes). The GEMMs' own bytes are in their
-    roofline (gemm_seconds)."""
-    return (activation_traffic_bytes(spec, workload) + moe_traffic_bytes(spec, workload)
-            + attention_mask_bytes(spec, workload) + eager_attention_bytes(spec, workload))  # fmt: skip
+    """Returns the bytes of the micro-step's memory-bound kernels at the fitted HBM rate: elementwise kernels and
+    the loss (activation_traffic_bytes), MoE routing and permutation (moe_traffic_bytes), explicit attention masks
+    (attention_mask_bytes). The GEMMs' own bytes are in their roofline (gemm_seconds); eager attention's scores
+    have their own measured rate (eager_attention_seconds)."""
+    return activation_traffic_bytes(spec, workload) + moe_traffic_bytes(spec, workload) + attention_mask_bytes(spec, workload)
 
 
 def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
                            calibration: Calibration | None = None) -> float:
     """Returns the GPU's seconds for one micro-step: weight matmuls at their rooflines, attention at its
-    achieved rate, memory-bound kernels at the achieved HBM rate."""
+    achieved rate, memory-bound kernels at the achieved HBM rate, eager attention's scores at theirs."""
     matmul_s = gemm_seconds(spec, gpu, workload, calibration)
-    attention_s = attention_seconds(spec, gpu, workload, calibration)
+    attention_s = attention_seconds(spec, gpu, workload, calibration) + eager_attention_seconds(spec, gpu, workload, calibration)
     return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
 
 
