@@ -57,6 +57,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-phi3-h200            every fitting candidate without offload of Phi-3-mini at 2,048 tokens on one H200, 6 steps
   i26-gemma2-eager-2xh200, -4xh100  every no-offload candidate of Gemma 2 2B at 2,048 tokens under eager attention
                            (what zero-run trains), one wait per step, on two H200s and four GPUs capped at 79.2 GiB
+  i26-eager-pairs-h100     Gemma 2 2B and Llama 3.2 1B shapes each under eager and under SDPA on one H100, one wait
+                           per step: the score bytes' rate there, and their count on a second family
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
 """
@@ -313,6 +315,13 @@ SUITES = {
                                 "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
     "i26-gemma2-eager-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("gemma2-2b", 2048)], "ladders": [],
                                 "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
+    # the rate of eager attention's score bytes on the H100 (measured on the H200 alone: 0.53 of its bandwidth), and
+    # the byte count on a second family (Llama 3.2 1B: 32 heads of 64, no soft-cap): each shape under eager and under
+    # SDPA, one wait per step, on one GPU (ZeRO-0 at the largest micro-batch eager fits without checkpointing, and a
+    # checkpointed one)
+    "i26-eager-pairs-h100": {"gpu": "H100", "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
+                             "attn_pairs": [("gemma2-2b", 2048, "0", False, 1), ("gemma2-2b", 2048, "0", True, 4),
+                                            ("llama3.2-1b", 2048, "0", False, 3), ("llama3.2-1b", 2048, "0", True, 8)]},
 }
 
 
@@ -367,6 +376,13 @@ def suite_cases(name: str) -> list[dict]:
                 c["id"] += f"|{'phase-sync' if phase_sync else 'one-sync'}-{k}"
                 c["phase_sync"] = phase_sync
                 cases.append(c)
+    for model, seq, strategy, gc, micro in spec.get("attn_pairs", []):
+        # the same shape under each attention, alternating (the harness takes the case's attn_implementation)
+        for attn in ("eager", "sdpa"):
+            c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"], num_gpus)
+            c["id"] += f"|{attn}"
+            c["attn_implementation"] = attn
+            cases.append(c)
     for c in cases:
         c["steps"] = spec.get("steps", STEPS)
         if spec.get("phase_sync") is False and "phase_sync" not in c:

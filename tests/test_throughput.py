@@ -488,9 +488,13 @@ def test_eager_scores_run_at_their_measured_rate_not_the_fitted_one():
     from benchmarks.throughput_check import eager_pairs
 
     pairs = eager_pairs(quiet=True)
-    assert len(pairs) >= 10
+    assert len(pairs) >= 14 and {p.bandwidth for p in pairs} == {find_gpu("H100").memory_bandwidth_bytes_per_s,
+                                                                 gpu.memory_bandwidth_bytes_per_s}  # fmt: skip
     assert statistics.median(p.fraction for p in pairs) == pytest.approx(cal.eager_scores_memory_fraction, abs=0.005)
     assert all(0.3 < p.fraction < 0.7 for p in pairs)
+    # a second family, no soft-cap (Llama 3.2 1B, 32 heads of 64, one H100): the byte count and the rate hold there
+    llama = [p for p in pairs if p.name.startswith("llama3.2-1b|")]
+    assert len(llama) == 2 and all(p.predicted_s == pytest.approx(p.eager_s - p.sdpa_s, rel=0.05) for p in llama)
 
 
 def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:

@@ -141,10 +141,12 @@ class Calibration:
     bytes (eager_attention_bytes), as a fraction of the catalog device-memory bandwidth. Those bytes are work the
     fitted runs (SDPA) never had, added to a step whose fixed costs memory_fraction has absorbed (the fitted
     rates, 0.51 H100 and 0.435 H200, sit below the memory-bound kernels' own, 0.65 and 0.55), so they run at the
-    kernels' rate: Gemma 2 2B's steps under eager attention against the same shapes under SDPA, each timed with one
-    wait per step, on two and four H200s (2026-11-27/28), ten pairs, the difference per byte: median 0.53 (0.35 at
-    2 x 2,048, 0.50-0.59 at 4 to 16 sequences). Lent to other GPUs as the other fractions are. 0 where not
-    measured: the GPU's fitted memory rate."""
+    kernels' rate: steps under eager attention against the same shapes under SDPA, each timed with one wait per
+    step (2026-11-27/28), the difference per byte: Gemma 2 2B on one H100 and on two and four H200s, Llama 3.2 1B
+    on one H100 (32 heads of 64, no soft-cap), fourteen pairs, median 0.53 (0.35-0.39 at 1-2 sequences of 2,048,
+    0.50-0.62 at 3 to 16; Llama's two 0.53). The same share on both GPUs, where their memory-bound kernels differ
+    (0.65, 0.55). Lent to other GPUs as the other fractions are. 0 where not measured: the GPU's fitted memory
+    rate."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
