@@ -146,15 +146,30 @@ def _runs(config_dict: dict[str, Any], dtype: str) -> bool:
         return False
 
 
+EAGER_TRACE_SEQ = 256
+"""A third length for eager attention's score term: a layer can keep tensors that do not grow with the tokens
+(Gemma 2's four RMSNorms each keep `(1 + weight).float()`, 9,216 bytes a layer), which per token fall as 1/seq and
+bend a slope read from two lengths (Gemma 2: 59.5 bytes per token per position where its scores keep 64; measured
+on the H200, its eager peaks 1.4-1.6% above the prediction, 2026-11-28). Three lengths separate a + b seq + c / seq."""
+
+
 def attention_coefficients(config_dict: dict[str, Any], dtype: str, attn: str) -> dict[str, float]:
     """Returns {layer, layer_per_seq, rest} in bytes per token for one dtype ("bfloat16"/"float32") and
-    attention implementation: one and two layers traced at both TRACE_SEQ lengths (four runs)."""
+    attention implementation: one and two layers traced at both TRACE_SEQ lengths (four runs), and for eager
+    attention at EAGER_TRACE_SEQ too (six runs: the score term's slope without what does not grow with the tokens)."""
     s1, s2 = TRACE_SEQ
     one = [_saved_bytes(config_dict, 1, s, dtype, attn) for s in (s1, s2)]
     two = [_saved_bytes(config_dict, 2, s, dtype, attn) for s in (s1, s2)]
     layer = [(b - a) / s for a, b, s in zip(one, two, (s1, s2))]  # bytes per token, at s1 and s2
     per_seq = (layer[1] - layer[0]) / (s2 - s1)
     base = layer[0] - per_seq * s1
+    if attn == "eager":
+        s3 = EAGER_TRACE_SEQ
+        layer3 = (_saved_bytes(config_dict, 2, s3, dtype, attn) - _saved_bytes(config_dict, 1, s3, dtype, attn)) / s3
+        # layer(s) = a + b s + c / s through the three points: b from the two slopes, the 1/s part cancelled
+        slope12, slope23 = per_seq, (layer3 - layer[1]) / (s3 - s2)
+        per_seq = (slope23 * s3 - slope12 * s1) / (s3 - s1)
+        base = layer[0] - per_seq * s1
     rest = one[0] / s1 - layer[0]
     return {"layer": round(base, 3), "layer_per_seq": round(max(per_seq, 0.0), 6), "rest": round(rest, 3)}
 
