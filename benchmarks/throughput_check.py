@@ -425,17 +425,20 @@ def eager_pairs(quiet: bool = False) -> list[EagerPair]:
     with one wait per step: the eager sweeps beside the SDPA one-wait sweeps and sync pairs of the same case on the
     same GPU model (the median of the SDPA runs where several). Their difference per score byte is what
     Calibration.eager_scores_memory_fraction holds."""
+    def shape(c: MeasuredCase) -> str:
+        return c.name.split("|xs")[0]  # the case id less its allocator and run suffixes
+
     runs = measured_cases(0, gpus=None, one_sync=True)
     sdpa: dict[tuple, list[MeasuredCase]] = defaultdict(list)
     for c in runs:
         if c.workload.attn_implementation == "sdpa":
-            sdpa[c.name.split("|xs")[0], c.gpu.name].append(c)
+            sdpa[shape(c), c.gpu.name].append(c)
     pairs = []
     for c in runs:
-        twins = sdpa.get((c.name.split("|xs")[0], c.gpu.name))
+        twins = sdpa.get((shape(c), c.gpu.name))
         if c.workload.attn_implementation != "eager" or not twins:
             continue
-        pairs.append(EagerPair(name=c.name.split("|xs")[0], eager_s=c.seconds,
+        pairs.append(EagerPair(name=shape(c), eager_s=c.seconds,
                                sdpa_s=statistics.median(t.seconds for t in twins),
                                score_bytes=eager_attention_bytes(c.spec, c.workload),
                                predicted_s=eager_attention_seconds(c.spec, c.gpu, c.workload),

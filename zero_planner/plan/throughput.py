@@ -1087,8 +1087,8 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     Measured (2026-11-27, two H200s, Gemma 2 2B at 2,048 tokens): zero-run with the plan's eager attention took 132
     ms more per step than the harness's SDPA, both waiting once per step, at ZeRO-1 5 x 2,048 (0.676 against 0.544
     s; benchmarks/zero_run/gemma2-2b-eager-*, h200x2-i26-gemma2-one-sync-2026-11-27.jsonl) and 504 ms more at ZeRO-0
-    13 x 2,048 with checkpointing (2.062 against 1.558 s); these bytes at the H200's kernel rate (0.55 of 4.8 TB/s)
-    come to 129 and 490 ms."""
+    13 x 2,048 with checkpointing (2.062 against 1.558 s); these bytes at Calibration.eager_scores_memory_fraction
+    (0.53 of 4.8 TB/s) come to 134 and 508 ms (eager_attention_seconds)."""
     if workload.attn_implementation != "eager" or not spec.num_layers:
         return 0.0
     forward = _EAGER_SCORE_FORWARD_BYTES
