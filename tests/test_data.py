@@ -7,10 +7,14 @@ import json
 import pytest
 
 from zero_planner.errors import InputError
+from zero_planner.planfile import TrainingInfo
 from zero_planner.run.data import (
+    IGNORE_INDEX,
     BlockOrder,
+    load_lm_splits,
     load_text_dataset,
     pack_ids,
+    pack_labeled_arrays,
     synthetic_texts,
     tokenize_and_pack,
 )
@@ -209,3 +213,62 @@ def test_every_file_of_a_folder_and_the_eval_file_are_read(tmp_path):
     (tmp_path / "eval.jsonl").write_text("not json\n")
     with pytest.raises(InputError, match=r"--eval-split file '.*eval\.jsonl' line 1"):
         check_local_data(_settings(str(tmp_path / "data" / "a.jsonl"), eval_split=str(tmp_path / "eval.jsonl")))
+
+
+def _reference_pack_labeled(examples, seq_len):
+    """The packing rule as Python lists (zero-run's before it packed with numpy): examples joined end to end, cut
+    into seq_len blocks, the tail and the blocks with no label after their first position dropped."""
+    ids, labels = [], []
+    for i, l in examples:
+        ids.extend(i)
+        labels.extend(l)
+    out_ids, out_labels = [], []
+    for start in range(0, len(ids) // seq_len * seq_len, seq_len):
+        block = labels[start : start + seq_len]
+        if any(x != IGNORE_INDEX for x in block[1:]):
+            out_ids.append(ids[start : start + seq_len])
+            out_labels.append(block)
+    return out_ids, out_labels
+
+
+def test_packing_with_numpy_keeps_the_blocks_of_the_list_rule():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        examples = []
+        for _ in range(rng.randint(0, 12)):
+            ids = [rng.randint(0, 300_000) for _ in range(rng.randint(1, 15))]
+            cut = rng.randint(0, len(ids)) if rng.random() > 0.3 else len(ids)  # some examples answer nothing
+            examples.append((ids, [IGNORE_INDEX] * cut + ids[cut:]))
+        for seq_len in (1, 2, 3, 4, 7):
+            ids, labels = pack_labeled_arrays(iter(examples), seq_len)
+            assert (ids.tolist(), labels.tolist()) == _reference_pack_labeled(examples, seq_len)
+            assert ids.dtype == labels.dtype == "int32" and ids.shape == labels.shape
+
+
+def test_prompt_response_blocks_are_int32_arrow_columns(tmp_path):
+    # held as one int32 buffer per column (8 bytes a token), read back as the lists train._batch turns into tensors
+    path = tmp_path / "instructions.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"question {i} " * 20, "response": f"answer {i} " * 30}) + "\n"
+                            for i in range(40)))  # fmt: skip
+    t = TrainingInfo(micro_batch_size=1, seq_len=64, gradient_checkpointing=False, precision="bf16", dataset=str(path))
+    blocks, _, fmt = load_lm_splits(t, ByteTokenizer(512), t.seq_len)
+    assert fmt == "prompt-response" and len(blocks) > 10
+    assert str(blocks.features["input_ids"].feature.dtype) == str(blocks.features["labels"].feature.dtype) == "int32"
+    row = blocks[3]
+    assert len(row["input_ids"]) == len(row["labels"]) == 64 and any(x != IGNORE_INDEX for x in row["labels"][1:])
+
+
+def test_text_blocks_train_on_their_own_ids(tmp_path):
+    # no labels column for text (reading input_ids whole to copy it held 26-32 bytes a token): the batch's labels are
+    # its ids (train._batch)
+    from zero_planner.run.train import _batch
+
+    path = tmp_path / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": f"document {i} " * 50}) + "\n" for i in range(20)))
+    t = TrainingInfo(micro_batch_size=1, seq_len=32, gradient_checkpointing=False, precision="bf16", dataset=str(path))
+    blocks, _, fmt = load_lm_splits(t, ByteTokenizer(512), t.seq_len)
+    assert fmt == "text" and blocks.column_names == ["input_ids"]
+    batch = _batch(blocks[[0, 1]], "causal-lm", "cpu")
+    assert batch["labels"] is batch["input_ids"] and batch["input_ids"].shape == (2, 32)
