@@ -310,12 +310,16 @@ def run(args: argparse.Namespace) -> int:
         if seq_len < DEFAULT_SEQ_LEN:
             notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
     plan_path = args.output or "plan.json"
+    data_bytes, data_note = _data_bytes(args, seq_len)
+    if data_note:
+        notes.append(data_note)
 
     if imported is not None:
         from zero_planner.plan import importers
 
         estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
-                                      pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs)  # fmt: skip
+                                      pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs,
+                                      data_bytes=data_bytes)  # fmt: skip
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
         estimate = userconfig.estimate_config(
@@ -334,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
             pretrained=pretrained,
             keeps_outputs=args.loop_keeps_outputs,
             calibration=calibration,
+            data_bytes=data_bytes,
         )
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
@@ -355,6 +360,7 @@ def run(args: argparse.Namespace) -> int:
             num_labels=args.num_labels,
             pretrained=pretrained,
             calibration=calibration,
+            data_bytes=data_bytes,
         )
         result.notes[:0] = notes
         if result.plan is not None:
@@ -592,6 +598,23 @@ def _no_plan_json(result, estimate) -> dict:
         "advice": result.advice,
         "notes": result.notes,
     }
+
+
+def _data_bytes(args, seq_len: int) -> tuple[int, str | None]:
+    """Returns the host bytes each rank will hold for a local --dataset's tokens (data.held_data_bytes; 0 for the
+    built-in corpus and hub datasets), and the note that says so."""
+    if not args.dataset:
+        return 0, None
+    from zero_planner.run.data import TOKENS_PER_BYTE, held_data_bytes
+    from zero_planner.run.training_args import data_settings
+
+    held, tokens = held_data_bytes(data_settings(args, seq_len, args.task or "causal-lm"))
+    if not held:
+        return 0, None
+    per_byte = "one per byte, byte-level" if args.tokenizer == "bytes" else f"{TOKENS_PER_BYTE['other']:g} per byte, assumed"
+    return held, (f"host: zero-run's ranks each hold the tokenized data, {held / 2**30:.2f} GiB (about "
+                  f"{tokens / 1e6:,.1f}M tokens from the files' size, {per_byte}), counted in the host figures")
+
 
 
 def main(argv: Sequence[str] | None = None) -> int:

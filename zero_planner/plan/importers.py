@@ -411,7 +411,7 @@ def _yaml_key_names(tool: str) -> dict[str, str]:
 
 
 def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None, plan_path: str,
-             pretrained: bool = False, keeps_outputs: bool = False):
+             pretrained: bool = False, keeps_outputs: bool = False, data_bytes: int = 0):
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the YAML."""
     from zero_planner.plan.userconfig import estimate_config
@@ -434,6 +434,7 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         lora=imported.lora,
         pretrained=pretrained,
         keeps_outputs=keeps_outputs,
+        data_bytes=data_bytes,
     )
     source = f"{NAMES[imported.tool]} config {imported.path} (DeepSpeed JSON: {imported.ds_config_source})"
     est.plan.notes[:0] = [source, *imported.notes]

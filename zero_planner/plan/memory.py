@@ -98,6 +98,9 @@ class Workload:
     pretrained: bool = False
     """The weights are read with from_pretrained (the model is built on the meta device first); False: built
     from the config and initialised randomly, which allocates a tied LM head before tying it (load phase)."""
+    data_bytes: int = 0
+    """Host bytes each rank holds for its tokenized training data (zero-run's: every rank loads the whole dataset;
+    data.held_data_bytes estimates them from the files). 0: the built-in corpus, which PROCESS_RSS_BYTES holds."""
     keeps_outputs: bool = False
     """The training loop holds the model's outputs through backward and step (`outputs = model(**batch);
     engine.backward(outputs.loss)`, as DeepSpeed's and accelerate's examples write it): the 16-bit logits stay
@@ -802,7 +805,8 @@ def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: i
     on_cpu = gpu_name is not None and gpu_name.lower().startswith("cpu")
     process = CPU_PROCESS_RSS_BYTES + device_peak if on_cpu else PROCESS_RSS_BYTES
     parts = host_parts(strategy, P, n, w, offloaded, workload.precision, process=process, cpu=on_cpu,
-                       largest_trainable=largest_trainable_numel(spec, workload), pinned=pin_memory)  # fmt: skip
+                       largest_trainable=largest_trainable_numel(spec, workload), pinned=pin_memory,
+                       data=workload.data_bytes)  # fmt: skip
     if strategy.offload_param != "none" and adapters:
         # Frozen weights offloaded too: their stored bytes in pinned host memory, per local rank's partition.
         parts = dataclasses.replace(parts, states=parts.states + (W - w * P) // n)
@@ -1170,9 +1174,11 @@ class HostParts:
 
 def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
                precision: str, *, process: int = PROCESS_RSS_BYTES, cpu: bool = False,
-               largest_trainable: int = 0, pinned: bool = True) -> HostParts:
+               largest_trainable: int = 0, pinned: bool = True, data: int = 0) -> HostParts:
     """Returns one rank's host memory by part: its process (`process` bytes: PROCESS_RSS_BYTES for a GPU process;
-    for a CPU one, cpu=True, CPU_PROCESS_RSS_BYTES and its tensors), plus the offloaded states of its partition.
+    for a CPU one, cpu=True, CPU_PROCESS_RSS_BYTES and its tensors) with `data` bytes of tokenized training data
+    (Workload.data_bytes: prepared before the model, so held from initialize on), plus the offloaded states of
+    its partition.
 
     `pinned` False (a user's JSON with `"pin_memory": false`) or a CPU process (the CPU accelerator's pin_memory is
     a no-op): each buffer named pinned below is a plain tensor of its own size instead (measured on a GPU for
@@ -1210,7 +1216,7 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
 
     # The defragment copy is a GPU process's trip through host memory; a CPU process's partition stays where it is.
     gpu_zero3 = not cpu and strategy.stage == 3 and strategy.offload_param == "none"
-    defragment = RSS_AT_ZERO3_INIT_BYTES + w * Pn if gpu_zero3 else 0
+    defragment = RSS_AT_ZERO3_INIT_BYTES + data + w * Pn if gpu_zero3 else 0
     if strategy.offload_optimizer != "none":
         if strategy.stage == 3:
             groups = [SUB_GROUP_SIZE] * (Pn // SUB_GROUP_SIZE) + ([Pn % SUB_GROUP_SIZE] if Pn % SUB_GROUP_SIZE else [])
@@ -1223,4 +1229,4 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     if strategy.offload_param != "none":
         partitions = sum(buffer_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
         states += buffer_bytes(w * Pn) + partitions
-    return HostParts(process, states, transient, defragment, process if cpu else RSS_AT_ZERO3_INIT_BYTES)
+    return HostParts(process + data, states, transient, defragment, process + data if cpu else RSS_AT_ZERO3_INIT_BYTES + data)

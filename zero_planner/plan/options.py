@@ -84,9 +84,11 @@ class Evaluator:
         pretrained: bool = False,
         keeps_outputs: bool = False,
         calibration: Calibration | None = None,
+        data_bytes: int = 0,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
         self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
+        self.data_bytes = data_bytes  # each rank's tokenized data in host memory (Workload.data_bytes)
         self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
         self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
@@ -115,6 +117,7 @@ class Evaluator:
             num_labels=self.num_labels,
             pretrained=self.pretrained,
             keeps_outputs=self.keeps_outputs,
+            data_bytes=self.data_bytes,
         )
 
     def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
@@ -148,6 +151,7 @@ class Evaluator:
             pretrained=self.pretrained,
             keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
             calibration=self.calibration,
+            data_bytes=self.data_bytes,
         )
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:

@@ -177,6 +177,7 @@ def plan(
     num_labels: int = 2,
     pretrained: bool = False,
     calibration: Calibration | None = None,
+    data_bytes: int = 0,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
@@ -185,8 +186,8 @@ def plan(
     tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
     host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
     randomly initialised LM head before tying). `calibration`: the step-time constants (None: the committed
-    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). Raises InputError for bad
-    values.
+    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). `data_bytes`: each rank's
+    tokenized training data in host memory (Workload.data_bytes). Raises InputError for bad values.
     """
     check_inputs(
         spec,
@@ -212,7 +213,8 @@ def plan(
     else:
         lora = None
     ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
-                    lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration)  # fmt: skip
+                    lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration,
+                    data_bytes=data_bytes)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:

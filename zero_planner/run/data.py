@@ -30,6 +30,16 @@ from zero_planner.errors import InputError
 SYNTHETIC_NUM_DOCS = 4096
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+
+HELD_BYTES_PER_TOKEN = {"text": 6.3, "labeled": 17.5}
+"""Host bytes each rank holds per token of its packed data for the rest of the run (benchmarks/data_rss.py,
+2026-11-28, the larger of byte and large-vocabulary ids): text blocks from the datasets cache (memory-mapped) 5.9-6.3;
+chat and prompt/response blocks as two int32 columns in memory, 17.3-17.5."""
+TOKENS_PER_BYTE = {"bytes": 1.0, "other": 0.25}
+"""Tokens per byte of a data file, to size its tokens before tokenizing: the byte-level tokenizer makes one per
+byte of text (the file's keys, quotes and separators make it an upper bound: 13.7M tokens from an 18 MB JSONL of
+prompt/response rows); for a model's tokenizer the English BPE rule of thumb of about 4 bytes a token (assumed,
+not measured here)."""
 LABEL_FIELD = "label"
 
 _ADJ = ["red", "small", "quick", "lazy", "green", "old", "bright", "quiet"]
@@ -151,6 +161,22 @@ def tokenize_and_pack(ds, tokenizer, seq_len: int, *, batch_size: int = 1000):
         return {"input_ids": pack_ids(tokenizer.encode_batch(batch["text"]), seq_len, tokenizer.eos_token_id)}
 
     return ds.map(pack, batched=True, batch_size=batch_size, remove_columns=ds.column_names, desc="pack")
+
+
+def held_data_bytes(t) -> tuple[int, int]:
+    """Returns (host bytes each rank holds for its data, the tokens they are estimated from) of training settings
+    `t` (TrainingInfo): local files' sizes (and a local eval file's) x TOKENS_PER_BYTE x HELD_BYTES_PER_TOKEN of the
+    data's format; (0, 0) for the built-in corpus (PROCESS_RSS_BYTES holds it), for hub datasets (not sized
+    before they are downloaded) and for sequence classification (padded rows, not measured)."""
+    files = resolve_files(t.dataset) if t.dataset != "synthetic" and t.task == "causal-lm" else None
+    if not files:
+        return 0, 0
+    if t.eval_split is not None and not _is_number(t.eval_split):
+        files = files + (resolve_files(t.eval_split) or [])
+    size = sum(Path(path).stat().st_size for path in files)
+    tokens = int(size * TOKENS_PER_BYTE["bytes" if t.tokenizer == "bytes" else "other"])
+    fmt = detect_format(peek_columns(files) or ["text"], t)
+    return int(tokens * HELD_BYTES_PER_TOKEN["text" if fmt == "text" else "labeled"]), tokens
 
 
 def peek_columns(files: list[str]) -> list[str] | None:

@@ -165,6 +165,17 @@ def _text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def data_settings(args: argparse.Namespace, seq_len: int, task: str) -> TrainingInfo:
+    """Returns training settings carrying only what the data flags in `args` say (dataset, columns, format, eval
+    split, tokenizer), for sizing the data before a plan exists (data.held_data_bytes)."""
+    t = TrainingInfo(micro_batch_size=1, seq_len=seq_len, gradient_checkpointing=False, precision="bf16", task=task)
+    for dest, name in _TRAINING_FIELDS[:7] + (("tokenizer", "tokenizer"),):
+        value = getattr(args, dest, None)
+        if value is not None:
+            setattr(t, name, str(Path(value).expanduser()) if dest in ("dataset", "eval_split") else value)
+    return t
+
+
 def apply_training_args(plan: Plan, args: argparse.Namespace, *, planning: bool) -> list[str]:
     """Writes the flags given in `args` into `plan` (training section, DeepSpeed lr, model init); returns notes.
 
