@@ -5,16 +5,19 @@
 Writes a JSONL of `--rows` rows (100-1,400 words each) as text rows and as prompt/response rows, then, each in a
 fresh process that has imported what zero-run imports (torch, transformers, datasets), runs
 `data.load_lm_splits` as zero-run does and reads the process's resident memory before and after, and its peak
-(ru_maxrss): bytes per token held (for the rest of the run) and at the peak, with the byte-level tokenizer and
+(ru_maxrss): bytes per token held for the rest of the run (anonymous resident memory, RssAnon: file pages of
+the datasets cache the kernel can drop are left out) and at the peak, with the byte-level tokenizer and
 with ids as a large-vocabulary tokenizer gives them (each an int object of its own where byte ids are cached).
 --check exits 1 beyond HELD_LIMIT / PEAK_LIMIT bytes per token.
 
-Measured 2026-11-28 (this machine: 2 cores, Python 3.11, datasets 5.2.0; the default 4,000 rows, 15 MB, 13.7M
-tokens of prompt/response and 14.9M of text at 2,048), byte ids / large ids, bytes a token:
-  before this change (blocks built as Python lists, text's labels column read whole): prompt/response held 53.5 /
-  55.9 and peaked at 98.3 / 132.7 (+0.68 GiB held per rank: 75 MB of JSONL held +3.3 GiB and peaked +6.2);
-  text held 26.3 / 31.5, peak 27.3 / 33.0;
-  after: prompt/response held 17.3 / 17.5, peak 51.2 / 51.4; text held 5.9 / 6.3, peak 17.9 / 31.4.
+Measured 2026-11-28 (this machine: 2 cores, Python 3.11, datasets 5.2.0; 4,000 rows are 15 MB, 13.7M tokens of
+prompt/response and 14.9M of text at 2,048; 20,000 rows 75 MB, 68.4M and 74.8M), byte ids / large ids, bytes a token:
+  before this change (blocks built as Python lists, text's labels column read whole; resident memory, file pages
+  included), 4,000 rows: prompt/response held 53.5 / 55.9 and peaked at 98.3 / 132.7 (75 MB held +3.3 GiB per rank
+  and peaked +6.2); text held 26.3 / 31.5, peak 27.3 / 33.0;
+  after, anonymous memory held: 4,000 rows prompt/response 17.0 / 17.0, peak 51.3 / 51.3; text 5.3 / 5.9 (about 0.07
+  GiB whatever the size), peak 15.5 / 33.0; 20,000 rows prompt/response 16.3 / 16.3, peak 50.5 /
+  50.4; text 1.3 / 1.3, peak 4.4 / 7.2 (data.HELD_BYTES_PER_TOKEN, PEAK_BYTES_PER_TOKEN).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD_LIMIT = {"text": 8.0, "prompt-response": 20.0}
-"""Bytes per token a rank may hold after loading (measured 5.9-6.3 and 17.3-17.5, 2026-11-28)."""
+"""Bytes per token a rank may hold after loading (4,000 rows: measured 5.3-5.9 and 17.0, 2026-11-28)."""
 PEAK_LIMIT = 64.0
-"""Bytes per token at the peak of loading (measured 17.9-51.4)."""
+"""Bytes per token at the peak of loading (measured 15.5-51.3)."""
 WORDS = ("the model trains on two GPUs and the planner says which stage fits before the launch so the run does not "
          "stop with an out of memory error after an hour of loading weights and data").split()  # fmt: skip
 
@@ -53,13 +56,13 @@ if big:  # a large vocabulary's ids: above 256, so each is an int object of its 
             return [[x * 397 + i % 3 for i, x in enumerate(ids)] for ids in byte.encode_batch(texts)]
     tokenizer = LargeIds()
 t = TrainingInfo(micro_batch_size=1, seq_len=seq_len, gradient_checkpointing=False, precision="bf16", dataset=path)
-page = os.sysconf("SC_PAGE_SIZE")
-rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
-before, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def anon():  # anonymous resident memory: what the process holds, less file pages the kernel can drop
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("RssAnon:"))
+before, peak_before = anon(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 blocks, _, fmt = zdata.load_lm_splits(t, tokenizer, seq_len)
 tokens = len(blocks) * seq_len
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"format": fmt, "tokens": tokens, "held_bytes": rss() - before,
+print(json.dumps({"format": fmt, "tokens": tokens, "held_bytes": anon() - before,
                   "peak_bytes": peak - max(before, peak_before)}))
 """
 

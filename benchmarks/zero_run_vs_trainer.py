@@ -90,7 +90,10 @@ def prepared(plan):
                                     local_rank=local_rank, attn_implementation=t.attn_implementation,
                                     gradient_checkpointing=t.gradient_checkpointing, lora_seed=t.seed)  # fmt: skip
     tokens_per_step = world * t.micro_batch_size * accum * t.seq_len
-    return model, blocks.select(indices), tokens_per_step, rank, on_cuda
+    rows = blocks.select(indices)
+    if "labels" not in rows.column_names:  # text blocks train on their ids (zero-run's train._batch); Trainer needs the column
+        rows = rows.add_column("labels", rows["input_ids"])
+    return model, rows, tokens_per_step, rank, on_cuda
 
 
 def run_deepspeed(plan, result_path: str) -> None:

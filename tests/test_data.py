@@ -276,29 +276,33 @@ def test_text_blocks_train_on_their_own_ids(tmp_path):
 
 def test_the_data_each_rank_holds_is_sized_from_the_files(tmp_path):
     # a local file: its bytes x tokens per byte (one for the byte-level tokenizer, 0.25 assumed for a model's) x the
-    # bytes a rank holds per token of its format (benchmarks/data_rss.py); the built-in corpus and hub names: 0
-    from zero_planner.run.data import HELD_BYTES_PER_TOKEN, held_data_bytes
+    # bytes a rank holds, and takes at the peak, per token of its format (benchmarks/data_rss.py); the built-in
+    # corpus, hub names and sequence classification: 0
+    from zero_planner.run.data import HELD_BYTES_PER_TOKEN, PEAK_BYTES_PER_TOKEN, held_data_bytes
 
     text, pairs = tmp_path / "text.jsonl", tmp_path / "pairs.jsonl"
     text.write_text(json.dumps({"text": "a b c " * 1000}) + "\n")
     pairs.write_text(json.dumps({"prompt": "q " * 500, "response": "a " * 500}) + "\n")
     settings = dict(micro_batch_size=1, seq_len=64, gradient_checkpointing=False, precision="bf16")
-    held, tokens = held_data_bytes(TrainingInfo(**settings, dataset=str(text), tokenizer="bytes"))
-    assert tokens == text.stat().st_size and held == int(tokens * HELD_BYTES_PER_TOKEN["text"])
-    held, tokens = held_data_bytes(TrainingInfo(**settings, dataset=str(pairs), tokenizer="bytes"))
-    assert tokens == pairs.stat().st_size and held == int(tokens * HELD_BYTES_PER_TOKEN["labeled"])
-    held, tokens = held_data_bytes(TrainingInfo(**settings, dataset=str(pairs)))  # the model's tokenizer
-    assert tokens == int(pairs.stat().st_size * 0.25)
+    held, peak, tokens = held_data_bytes(TrainingInfo(**settings, dataset=str(text), tokenizer="bytes"))
+    assert tokens == text.stat().st_size
+    assert (held, peak) == (int(tokens * HELD_BYTES_PER_TOKEN["text"]), int(tokens * PEAK_BYTES_PER_TOKEN["text"]))
+    held, peak, tokens = held_data_bytes(TrainingInfo(**settings, dataset=str(pairs), tokenizer="bytes"))
+    assert tokens == pairs.stat().st_size
+    assert (held, peak) == (int(tokens * HELD_BYTES_PER_TOKEN["labeled"]), int(tokens * PEAK_BYTES_PER_TOKEN["labeled"]))
+    assert held_data_bytes(TrainingInfo(**settings, dataset=str(pairs)))[2] == int(pairs.stat().st_size * 0.25)
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text(pairs.read_text())
-    assert held_data_bytes(TrainingInfo(**settings, dataset=str(pairs), eval_split=str(eval_file), tokenizer="bytes"))[1] == 2 * pairs.stat().st_size
-    assert held_data_bytes(TrainingInfo(**settings)) == (0, 0)  # synthetic
-    assert held_data_bytes(TrainingInfo(**settings, dataset="tatsu-lab/alpaca")) == (0, 0)
-    assert held_data_bytes(TrainingInfo(**settings, dataset=str(pairs), task="seq-cls")) == (0, 0)
+    with_eval = TrainingInfo(**settings, dataset=str(pairs), eval_split=str(eval_file), tokenizer="bytes")
+    assert held_data_bytes(with_eval)[2] == 2 * pairs.stat().st_size
+    assert held_data_bytes(TrainingInfo(**settings)) == (0, 0, 0)  # synthetic
+    assert held_data_bytes(TrainingInfo(**settings, dataset="tatsu-lab/alpaca")) == (0, 0, 0)
+    assert held_data_bytes(TrainingInfo(**settings, dataset=str(pairs), task="seq-cls")) == (0, 0, 0)
 
 
 def test_zero_plan_counts_a_local_dataset_in_the_host_figures(tmp_path, capsys):
     from zero_planner.cli import main
+    from zero_planner.plan.memory import RSS_AT_ZERO3_INIT_BYTES
 
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": "q " * 300, "response": "a " * 900}) + "\n" for _ in range(2000)))
@@ -309,6 +313,8 @@ def test_zero_plan_counts_a_local_dataset_in_the_host_figures(tmp_path, capsys):
         capsys.readouterr()
         assert main(base + extra) == 0
         plans.append(json.loads(capsys.readouterr().out))
-    grown = {p: plans[1]["estimate"]["cpu"]["phases"][p] - v for p, v in plans[0]["estimate"]["cpu"]["phases"].items()}
-    assert set(grown.values()) == {int(pairs.stat().st_size * 17.5)}  # every host phase, once per rank
+    before, after = plans[0]["estimate"]["cpu"]["phases"], plans[1]["estimate"]["cpu"]["phases"]
+    assert {p: after[p] - v for p, v in before.items()} == dict.fromkeys(before, int(pairs.stat().st_size * 17.0))
+    # packing, before the model: the process as after initialize and 51.3 bytes a token
+    assert "load" not in before and after["load"] == RSS_AT_ZERO3_INIT_BYTES + int(pairs.stat().st_size * 51.3)
     assert any("hold the tokenized data" in note for note in plans[1]["notes"])

@@ -96,15 +96,16 @@ def first_batch_loss(plan_path: Path, snapshot: Path) -> float:
     from zero_planner.planfile import load_plan
     from zero_planner.run.data import BlockOrder, load_lm_splits
     from zero_planner.run.tokenizer import HFTokenizer
+    from zero_planner.run.train import _batch
 
     plan = load_plan(plan_path)
     t = plan.training
     blocks, _, _ = load_lm_splits(t, HFTokenizer(str(snapshot), LLAMA_TINY["vocab_size"]), t.seq_len)
     order = BlockOrder(len(blocks), plan.hardware.world_size, 0, t.micro_batch_size, t.seed)
-    rows = blocks[order.micro_batch(0)]
+    batch = _batch(blocks[order.micro_batch(0)], t.task, "cpu")  # labels as zero-run gives them (text: the ids)
     model = AutoModelForCausalLM.from_pretrained(snapshot)
     with torch.no_grad():
-        return float(model(input_ids=torch.tensor(rows["input_ids"]), labels=torch.tensor(rows["labels"])).loss)
+        return float(model(**batch).loss)
 
 
 @pytest.fixture(scope="module")

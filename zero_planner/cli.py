@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         if seq_len < DEFAULT_SEQ_LEN:
             notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
     plan_path = args.output or "plan.json"
-    data_bytes, data_note = _data_bytes(args, seq_len)
+    (data_bytes, data_peak_bytes), data_note = _data_bytes(args, seq_len)
     if data_note:
         notes.append(data_note)
 
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
 
         estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
                                       pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs,
-                                      data_bytes=data_bytes)  # fmt: skip
+                                      data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
         estimate = userconfig.estimate_config(
@@ -339,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
             keeps_outputs=args.loop_keeps_outputs,
             calibration=calibration,
             data_bytes=data_bytes,
+            data_peak_bytes=data_peak_bytes,
         )
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
@@ -361,6 +362,7 @@ def run(args: argparse.Namespace) -> int:
             pretrained=pretrained,
             calibration=calibration,
             data_bytes=data_bytes,
+            data_peak_bytes=data_peak_bytes,
         )
         result.notes[:0] = notes
         if result.plan is not None:
@@ -600,20 +602,21 @@ def _no_plan_json(result, estimate) -> dict:
     }
 
 
-def _data_bytes(args, seq_len: int) -> tuple[int, str | None]:
-    """Returns the host bytes each rank will hold for a local --dataset's tokens (data.held_data_bytes; 0 for the
-    built-in corpus and hub datasets), and the note that says so."""
+def _data_bytes(args, seq_len: int) -> tuple[tuple[int, int], str | None]:
+    """Returns the host bytes each rank will hold for a local --dataset's tokens and its peak while packing them
+    (data.held_data_bytes; 0 for the built-in corpus and hub datasets), and the note that says so."""
     if not args.dataset:
-        return 0, None
+        return (0, 0), None
     from zero_planner.run.data import TOKENS_PER_BYTE, held_data_bytes
     from zero_planner.run.training_args import data_settings
 
-    held, tokens = held_data_bytes(data_settings(args, seq_len, args.task or "causal-lm"))
+    held, peak, tokens = held_data_bytes(data_settings(args, seq_len, args.task or "causal-lm"))
     if not held:
-        return 0, None
+        return (0, 0), None
     per_byte = "one per byte, byte-level" if args.tokenizer == "bytes" else f"{TOKENS_PER_BYTE['other']:g} per byte, assumed"
-    return held, (f"host: zero-run's ranks each hold the tokenized data, {held / 2**30:.2f} GiB (about "
-                  f"{tokens / 1e6:,.1f}M tokens from the files' size, {per_byte}), counted in the host figures")
+    return (held, peak), (f"host: zero-run's ranks each hold the tokenized data, {held / 2**30:.2f} GiB, and "
+                          f"{peak / 2**30:.2f} GiB while they pack it (about {tokens / 1e6:,.1f}M tokens from the "
+                          f"files' size, {per_byte}), counted in the host figures")
 
 
 

@@ -411,7 +411,8 @@ def _yaml_key_names(tool: str) -> dict[str, str]:
 
 
 def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None, plan_path: str,
-             pretrained: bool = False, keeps_outputs: bool = False, data_bytes: int = 0):
+             pretrained: bool = False, keeps_outputs: bool = False, data_bytes: int = 0,
+             data_peak_bytes: int = 0):
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the YAML."""
     from zero_planner.plan.userconfig import estimate_config
@@ -435,6 +436,7 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         pretrained=pretrained,
         keeps_outputs=keeps_outputs,
         data_bytes=data_bytes,
+        data_peak_bytes=data_peak_bytes,
     )
     source = f"{NAMES[imported.tool]} config {imported.path} (DeepSpeed JSON: {imported.ds_config_source})"
     est.plan.notes[:0] = [source, *imported.notes]

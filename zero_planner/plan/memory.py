@@ -101,6 +101,9 @@ class Workload:
     data_bytes: int = 0
     """Host bytes each rank holds for its tokenized training data (zero-run's: every rank loads the whole dataset;
     data.held_data_bytes estimates them from the files). 0: the built-in corpus, which PROCESS_RSS_BYTES holds."""
+    data_peak_bytes: int = 0
+    """Host bytes each rank takes at once while it tokenizes and packs that data, before the model is built: the
+    host's load phase (0: not counted, as for the built-in corpus)."""
     keeps_outputs: bool = False
     """The training loop holds the model's outputs through backward and step (`outputs = model(**batch);
     engine.backward(outputs.loss)`, as DeepSpeed's and accelerate's examples write it): the 16-bit logits stay
@@ -1051,7 +1054,8 @@ memory and written one at a time."""
 def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts, staging: int, module_storage: int,
                      module_file: int, W: int, P: int) -> dict[str, int]:
     """Returns host bytes per node at the peak of initialize (ZeRO-3 with parameters on the GPU), train, save,
-    export and resume (every local rank's process; the first node's, which holds rank 0).
+    export and resume (every local rank's process; the first node's, which holds rank 0), and load where a
+    user's dataset is counted (Workload.data_peak_bytes: every rank tokenizes and packs it before the model).
 
     parts: one rank's process and offloaded states (host_parts); staging: what each rank holds at once while it
     saves its optimizer state (checkpoint_staging_bytes); module_storage: the largest storage of the module's
@@ -1107,6 +1111,9 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
         resume = parts.process_at_initialize + max(weights16, states)
     save = held * g + max(staging, module_storage) + staging * (g - 1)
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
+    if workload.data_peak_bytes:
+        # every rank packs its data before it builds the model: the process as after initialize, the data's peak
+        phases = {"load": (parts.process_at_initialize - workload.data_bytes + workload.data_peak_bytes) * g, **phases}
     if parts.defragment and strategy.offload_optimizer == "none":
         # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)
         phases = {"initialize": parts.defragment * g, **phases}

@@ -85,10 +85,11 @@ class Evaluator:
         keeps_outputs: bool = False,
         calibration: Calibration | None = None,
         data_bytes: int = 0,
+        data_peak_bytes: int = 0,
     ) -> None:
         self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
         self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
-        self.data_bytes = data_bytes  # each rank's tokenized data in host memory (Workload.data_bytes)
+        self.data_bytes, self.data_peak_bytes = data_bytes, data_peak_bytes  # Workload's: a user's dataset, per rank
         self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
         self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
         self.num_labels = num_labels
@@ -118,6 +119,7 @@ class Evaluator:
             pretrained=self.pretrained,
             keeps_outputs=self.keeps_outputs,
             data_bytes=self.data_bytes,
+            data_peak_bytes=self.data_peak_bytes,
         )
 
     def memory(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> MemoryEstimate:
@@ -152,6 +154,7 @@ class Evaluator:
             keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
             calibration=self.calibration,
             data_bytes=self.data_bytes,
+            data_peak_bytes=self.data_peak_bytes,
         )
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:

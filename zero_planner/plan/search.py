@@ -178,6 +178,7 @@ def plan(
     pretrained: bool = False,
     calibration: Calibration | None = None,
     data_bytes: int = 0,
+    data_peak_bytes: int = 0,
 ) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
@@ -186,8 +187,8 @@ def plan(
     tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
     host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
     randomly initialised LM head before tying). `calibration`: the step-time constants (None: the committed
-    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). `data_bytes`: each rank's
-    tokenized training data in host memory (Workload.data_bytes). Raises InputError for bad values.
+    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). `data_bytes`,
+    `data_peak_bytes`: a user's dataset in each rank's host memory, held and while packed (Workload's). Raises InputError for bad values.
     """
     check_inputs(
         spec,
@@ -214,7 +215,7 @@ def plan(
         lora = None
     ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
                     lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration,
-                    data_bytes=data_bytes)  # fmt: skip
+                    data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:

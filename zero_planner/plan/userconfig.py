@@ -184,13 +184,14 @@ def estimate_config(
     keeps_outputs: bool = False,
     calibration: Any = None,
     data_bytes: int = 0,
+    data_peak_bytes: int = 0,
 ) -> ConfigEstimate:
     """Returns the estimate of exactly this DeepSpeed JSON: micro-batch, accumulation, stage, offload, precision
     and bucket sizes come from it (`micro_batch` only where it says "auto"); fit is judged without the safety
     margin. Gradient checkpointing is the model's switch, not DeepSpeed's: `grad_ckpt` says it; `lora` (rank,
     dropout) and `num_labels` size adapters and a seq-cls head as in `plan`; `pretrained` and `calibration` (the
     step-time constants) as in `plan`; `keeps_outputs`: the user's loop holds the model's outputs (their 16-bit
-    logits) through backward and step; `data_bytes`: each rank's tokenized data in host memory (Workload.data_bytes).
+    logits) through backward and step; `data_bytes`, `data_peak_bytes`: a user's dataset in each rank's host memory (Workload's).
     Raises InputError.
     """
     world = cluster.world_size
@@ -229,7 +230,8 @@ def estimate_config(
         lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
                     margin=False, lora=lora, num_labels=num_labels, pretrained=pretrained,
-                    keeps_outputs=keeps_outputs, calibration=calibration, data_bytes=data_bytes)  # fmt: skip
+                    keeps_outputs=keeps_outputs, calibration=calibration, data_bytes=data_bytes,
+                    data_peak_bytes=data_peak_bytes)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)

@@ -31,10 +31,14 @@ SYNTHETIC_NUM_DOCS = 4096
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 
-HELD_BYTES_PER_TOKEN = {"text": 6.3, "labeled": 17.5}
-"""Host bytes each rank holds per token of its packed data for the rest of the run (benchmarks/data_rss.py,
-2026-11-28, the larger of byte and large-vocabulary ids): text blocks from the datasets cache (memory-mapped) 5.9-6.3;
-chat and prompt/response blocks as two int32 columns in memory, 17.3-17.5."""
+HELD_BYTES_PER_TOKEN = {"text": 1.3, "labeled": 17.0}
+"""Host bytes (anonymous resident memory) each rank holds per token of its packed data for the rest of the run
+(benchmarks/data_rss.py, 2026-11-28, 75 MB of JSONL, byte and large-vocabulary ids alike): text blocks live in the
+datasets cache (memory-mapped), 1.3; chat and prompt/response blocks as two int32 columns in memory, 16.3 (17.0 at
+15 MB). Two H200s ran both through zero-run (Llama 3.2 1B): +0.08 and +1.07 GiB per rank in train."""
+PEAK_BYTES_PER_TOKEN = {"text": 7.2, "labeled": 51.3}
+"""Host bytes per token at the peak of tokenizing and packing (the same runs: text 4.4-7.2, prompt/response
+50.4-51.3)."""
 TOKENS_PER_BYTE = {"bytes": 1.0, "other": 0.25}
 """Tokens per byte of a data file, to size its tokens before tokenizing: the byte-level tokenizer makes one per
 byte of text (the file's keys, quotes and separators make it an upper bound: 13.7M tokens from an 18 MB JSONL of
@@ -163,20 +167,21 @@ def tokenize_and_pack(ds, tokenizer, seq_len: int, *, batch_size: int = 1000):
     return ds.map(pack, batched=True, batch_size=batch_size, remove_columns=ds.column_names, desc="pack")
 
 
-def held_data_bytes(t) -> tuple[int, int]:
-    """Returns (host bytes each rank holds for its data, the tokens they are estimated from) of training settings
-    `t` (TrainingInfo): local files' sizes (and a local eval file's) x TOKENS_PER_BYTE x HELD_BYTES_PER_TOKEN of the
-    data's format; (0, 0) for the built-in corpus (PROCESS_RSS_BYTES holds it), for hub datasets (not sized
-    before they are downloaded) and for sequence classification (padded rows, not measured)."""
+def held_data_bytes(t) -> tuple[int, int, int]:
+    """Returns (host bytes each rank holds for its data, its peak while packing it, the tokens they are estimated
+    from) of training settings `t` (TrainingInfo): local files' sizes (and a local eval file's) x TOKENS_PER_BYTE x
+    HELD_BYTES_PER_TOKEN and PEAK_BYTES_PER_TOKEN of the data's format; (0, 0, 0) for the built-in corpus
+    (PROCESS_RSS_BYTES holds it), for hub datasets (not sized before they are downloaded) and for sequence
+    classification (padded rows, not measured)."""
     files = resolve_files(t.dataset) if t.dataset != "synthetic" and t.task == "causal-lm" else None
     if not files:
-        return 0, 0
+        return 0, 0, 0
     if t.eval_split is not None and not _is_number(t.eval_split):
         files = files + (resolve_files(t.eval_split) or [])
     size = sum(Path(path).stat().st_size for path in files)
     tokens = int(size * TOKENS_PER_BYTE["bytes" if t.tokenizer == "bytes" else "other"])
-    fmt = detect_format(peek_columns(files) or ["text"], t)
-    return int(tokens * HELD_BYTES_PER_TOKEN["text" if fmt == "text" else "labeled"]), tokens
+    kind = "text" if detect_format(peek_columns(files) or ["text"], t) == "text" else "labeled"
+    return int(tokens * HELD_BYTES_PER_TOKEN[kind]), int(tokens * PEAK_BYTES_PER_TOKEN[kind]), tokens
 
 
 def peek_columns(files: list[str]) -> list[str] | None:
