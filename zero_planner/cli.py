@@ -619,7 +619,6 @@ def _data_bytes(args, seq_len: int) -> tuple[tuple[int, int], str | None]:
                           f"files' size, {per_byte}), counted in the host figures")
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs zero-plan with `argv` (default sys.argv[1:]); returns the exit status, never raises for bad input."""
     try:

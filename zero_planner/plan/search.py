@@ -188,7 +188,8 @@ def plan(
     host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
     randomly initialised LM head before tying). `calibration`: the step-time constants (None: the committed
     ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). `data_bytes`,
-    `data_peak_bytes`: a user's dataset in each rank's host memory, held and while packed (Workload's). Raises InputError for bad values.
+    `data_peak_bytes`: a user's dataset in each rank's host memory, held and while packed (Workload's). Raises
+    InputError for bad values.
     """
     check_inputs(
         spec,

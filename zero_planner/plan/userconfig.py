@@ -191,8 +191,8 @@ def estimate_config(
     margin. Gradient checkpointing is the model's switch, not DeepSpeed's: `grad_ckpt` says it; `lora` (rank,
     dropout) and `num_labels` size adapters and a seq-cls head as in `plan`; `pretrained` and `calibration` (the
     step-time constants) as in `plan`; `keeps_outputs`: the user's loop holds the model's outputs (their 16-bit
-    logits) through backward and step; `data_bytes`, `data_peak_bytes`: a user's dataset in each rank's host memory (Workload's).
-    Raises InputError.
+    logits) through backward and step; `data_bytes`, `data_peak_bytes`: a user's dataset in each rank's host memory
+    (Workload's). Raises InputError.
     """
     world = cluster.world_size
     strategy = config_strategy(ds_config)

@@ -41,8 +41,8 @@ PEAK_BYTES_PER_TOKEN = {"text": 7.2, "labeled": 51.3}
 50.4-51.3)."""
 TOKENS_PER_BYTE = {"bytes": 1.0, "other": 0.25}
 """Tokens per byte of a data file, to size its tokens before tokenizing: the byte-level tokenizer makes one per
-byte of text (the file's keys, quotes and separators make it an upper bound: 13.7M tokens from an 18 MB JSONL of
-prompt/response rows); for a model's tokenizer the English BPE rule of thumb of about 4 bytes a token (assumed,
+byte of text (the file's keys, quotes and separators make it an upper bound: 13.7M tokens packed from a 15.1 MB
+JSONL of prompt/response rows); for a model's tokenizer the English BPE rule of thumb of about 4 bytes a token (assumed,
 not measured here)."""
 LABEL_FIELD = "label"
 
@@ -561,7 +561,6 @@ def load_lm_splits(t, tokenizer, seq_len: int):
     return blocks[0], blocks[1], fmt
 
 
-
 def _eval_rows(t, train):
     """Returns None (no eval), the eval rows, or (train rows, eval rows) when eval is a held-out share."""
     if t.eval_split is None:
@@ -608,6 +607,7 @@ def _encode(ds, fmt: str, t, tokenizer, seq_len: int):
         raise InputError(f"dataset {t.dataset!r} has no column {missing[0]!r} for {fmt} data; columns: {ds.column_names}")
     if fmt == "chat" and not getattr(tokenizer, "chat_template", None):
         raise InputError(f"chat data needs a tokenizer with a chat template; {tokenizer.name} has none (--tokenizer)")
+
     def encoded():
         for row in ds.select_columns(needed):
             if fmt == "chat":
@@ -621,7 +621,7 @@ def _encode(ds, fmt: str, t, tokenizer, seq_len: int):
 
 def _arrow_blocks(blocks):
     """Returns a (blocks, seq_len) int32 array as an arrow list column over the same buffer: `from_dict` given the
-    numpy array itself copies it through Python-side conversion (16 bytes a token held, not 8)."""
+    numpy array itself held twice as much (16.2 bytes a token against 8.1, two int32 columns, 2026-11-28)."""
     import numpy as np
     import pyarrow as pa
 
@@ -663,8 +663,8 @@ def pack_labeled_arrays(examples, seq_len: int):
 
     Each example becomes two int32 arrays as it comes, so the process never holds the dataset as Python lists:
     those took 52-56 bytes a token after loading and 96-133 at the peak (75 MB of prompt/response JSONL at 2,048
-    tokens, byte-level and 6-digit ids: +3.3 GiB held and +6.2 GiB at the peak per rank, 2026-11-28), where these
-    take 8 (int32 ids and labels; the arrow table copies them once)."""
+    tokens, byte-level and 6-digit ids: +3.3 GiB held and +6.2 GiB at the peak per rank, 2026-11-28). The blocks
+    themselves are 8 bytes a token (int32 ids and labels); a rank holds 16-17 after loading (HELD_BYTES_PER_TOKEN)."""
     import numpy as np
 
     ids_parts, label_parts = [], []

@@ -190,9 +190,9 @@ def emulate_memory_limit(local_rank: int) -> int | None:
 
 
 def release_freed_memory() -> None:
-    """Hands the C heap's freed pages back to the OS (glibc's malloc_trim; nothing elsewhere). Tokenizing and
-    checkpoint saves leave many small freed blocks that the allocator keeps, and the OS counts them against the
-    host for the rest of the run: 75 MB of prompt/response JSONL held 25 bytes a token per rank after loading, 16
+    """Hands the C heap's freed pages back to the OS (glibc's malloc_trim; nothing elsewhere). Tokenizing leaves
+    many small freed blocks that the allocator keeps, and the OS counts them against the host for the rest of the
+    run: 75 MB of prompt/response JSONL held 25 bytes a token per rank after loading, 16
     after the trim (2026-11-28, benchmarks/data_rss.py)."""
     import ctypes
     import ctypes.util

@@ -1010,14 +1010,11 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
     With peft the frozen base is left out (exclude_frozen_parameters): it is rebuilt from the plan (same
     seed or the same weights folder), and an 8B base would otherwise add 16 GB to every checkpoint.
     """
-    from zero_planner.run.meter import release_freed_memory
-
     tag_dir = ckpt_dir / ckpt.tag_for(step)
     if ranks.checkpoint_writer:
         ckpt.clear_marker(tag_dir)
     ranks.barrier()
     engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name, exclude_frozen_parameters=peft)
-    release_freed_memory()  # the save's freed host buffers, else held through the rest of the run
     ranks.barrier()
     if node_local:
         losses = ranks.broadcast(losses)  # every node's marker holds rank 0's losses, as a shared one does

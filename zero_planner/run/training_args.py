@@ -169,7 +169,9 @@ def data_settings(args: argparse.Namespace, seq_len: int, task: str) -> Training
     """Returns training settings carrying only what the data flags in `args` say (dataset, columns, format, eval
     split, tokenizer), for sizing the data before a plan exists (data.held_data_bytes)."""
     t = TrainingInfo(micro_batch_size=1, seq_len=seq_len, gradient_checkpointing=False, precision="bf16", task=task)
-    for dest, name in _TRAINING_FIELDS[:7] + (("tokenizer", "tokenizer"),):
+    data_flags = ("dataset", "text_column", "data_format", "messages_column", "prompt_column", "response_column",
+                  "eval_split", "tokenizer")  # fmt: skip
+    for dest, name in (pair for pair in _TRAINING_FIELDS if pair[0] in data_flags):
         value = getattr(args, dest, None)
         if value is not None:
             setattr(t, name, str(Path(value).expanduser()) if dest in ("dataset", "eval_split") else value)
