@@ -454,6 +454,41 @@ def eager_pairs(quiet: bool = False) -> list[EagerPair]:
     return pairs
 
 
+def error_floor(seconds: list[float]) -> float:
+    """Returns the smallest largest |measured / predicted - 1| (the stated error's measure, family_errors) that one
+    predicted time can reach over repeated measurements of one case: (slowest - fastest) / (slowest + fastest), at
+    the prediction (slowest + fastest) / 2."""
+    return (max(seconds) - min(seconds)) / (max(seconds) + min(seconds))
+
+
+def repeat_spread(quiet: bool = False) -> dict[str, tuple[int, float, float]]:
+    """Prints (unless quiet) and returns, for one GPU and several, over the cases measured alone more than once (the
+    same id in several results files, that is on several lent machines or calls): (cases, median spread slowest /
+    fastest - 1, the largest error_floor). A model that predicts one time per case cannot have a smaller maximum
+    error on them than that floor, whatever its terms."""
+    result = {}
+    if not quiet:
+        print("\nrepeats: the same case measured alone on several machines or calls (step seconds)")
+    for label, gpus in (("one GPU", 1), ("several GPUs", None)):
+        groups: dict[str, list[float]] = defaultdict(list)
+        for c in measured_cases(gpus=gpus):
+            if gpus is None and c.workload.world_size == 1:
+                continue
+            groups[c.name.removesuffix("|profile")].append(c.seconds)
+        repeated = {name: times for name, times in groups.items() if len(times) > 1}
+        if not repeated:
+            continue
+        spreads = [max(t) / min(t) - 1 for t in repeated.values()]
+        worst = max(repeated, key=lambda name: error_floor(repeated[name]))
+        result[label] = (len(repeated), statistics.median(spreads), error_floor(repeated[worst]))
+        if not quiet:
+            times = ", ".join(f"{t:.3f}" for t in sorted(repeated[worst]))
+            print(f"  {label:12s} {len(repeated):3d} cases, spread median {statistics.median(spreads):.0%}, largest "
+                  f"{max(spreads):.0%}: no one prediction per case gets its max error below {result[label][2]:.1%} "
+                  f"({worst}: {times})")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
@@ -466,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     if shared:
         error_table(shared, "the same, host shared with another harness (indicative, not in the figures above)")
     computed = validate([c for c in measured_cases(args.min_tokens, gpus=None) if not c.host_shared])
+    repeat_spread()
     plan_quality(cases)
     several_gpus(args.min_tokens)
     user_configs()

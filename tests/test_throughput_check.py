@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from benchmarks import throughput_check
 from benchmarks.throughput_check import measured_cases, validate
 from benchmarks.throughput_fit import features, fit, predict
 from zero_planner.plan.throughput import estimate_step_time, load_calibration
@@ -317,3 +318,23 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     for name in ("h200x2-i26-gemma2-eager-2026-11-28", "h200x4-i26-gemma2-eager-2026-11-28"):
         eager = next(l for l in out if name in l)
         assert "timed as zero-run's loop" in eager and "timed with sdpa" not in eager
+
+
+def test_the_error_floor_of_repeated_measurements():
+    # one prediction p for times a <= b: max(1 - a / p, b / p - 1) is smallest at p = (a + b) / 2
+    floor = throughput_check.error_floor([1.0, 1.2, 3.0])
+    assert floor == pytest.approx(0.5)
+    for p in (1.9, 2.0, 2.1):
+        assert max(abs(t / p - 1) for t in (1.0, 3.0)) >= floor - 1e-12
+
+
+def test_no_model_beats_the_repeats_floor_and_the_stated_errors_respect_it():
+    # the same case on several machines (2026-11-22 .. 28): one GPU spread median 18%, largest 41% (floor 17.2%);
+    # several GPUs 18% and 72% (floor 26.4%: above issue 26's 25% max target, whatever the model). The stated maxima
+    # are over these same cases, so they cannot be below the floors
+    from zero_planner.plan.throughput import load_calibration
+
+    spread = throughput_check.repeat_spread(quiet=True)
+    cal = load_calibration()
+    assert set(spread) == {"one GPU", "several GPUs"} and all(n >= 10 for n, _, _ in spread.values())
+    assert cal.max_error >= spread["one GPU"][2] and cal.several_gpus_max_error >= spread["several GPUs"][2]
