@@ -84,21 +84,10 @@ def trial(attention: str, moe: float) -> None:
         return replace(cal, optimizer_bytes_per_param=round(float(coef[0]), 1), step_seconds_per_layer=round(float(coef[1]), 6))
 
     tf.features, tf.gpu_seconds, tf.fit_dense = features, gpu_seconds, fit_dense
-    tf.predict = lambda c, cal: max(gpu_seconds(c, cal), tf.host_seconds(c, cal) + fetch_seconds(c, cal)) + rest_seconds(c, cal)
+    # the committed predict reads gpu_seconds from its module, so it now takes the trial's; the trial adds its time
+    # per layer per step
+    tf.predict = lambda c, cal: committed["predict"](c, cal) + c.layers * cal.step_seconds_per_layer
     tf.fit_gpu_memory = lambda cases, partial: next((MEMORY_KERNEL_FRACTION[c.gpu] for c in cases if c.gpu in MEMORY_KERNEL_FRACTION), None)
-
-
-def fetch_seconds(c, cal) -> float:
-    across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
-    return c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
-
-
-def rest_seconds(c, cal) -> float:
-    """The committed predict's terms after the micro-step (optimizer, collectives, PCIe, CPU Adam), plus the trial's
-    time per layer per step."""
-    optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
-    return (optimizer + c.communication_s + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
-            + c.layers * getattr(cal, "step_seconds_per_layer", 0.0))
 
 
 def report(label: str, base: Calibration) -> None:

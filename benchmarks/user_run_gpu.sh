@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A user's run on a lent GPU machine (device tool): their own DeepSpeed JSON (CONFIG, default LLaMA-Factory's
 # ds_z2.json: ZeRO-2 with DeepSpeed's overlap_comm false and 5e8-element buckets, "auto" for the rest), their own
-# instruction JSONL (written here: 4,000 prompt/response rows of 100-1,400 words; chat rows need a tokenizer's
+# instruction JSONL (data_rss.write_rows: 4,000 prompt/response rows of 100-1,400 words; chat rows need a tokenizer's
 # template, and the machine has no hub), MODEL from its config (random init; Gemma 2
 # 2B by default, eager attention as zero-run runs it) on every GPU of the machine, at the largest micro-batch that
 # zero-plan says fits the JSON (MB_MAX down to 1). Checkpoints every 4 steps (newest 1 kept) with eval at each,
@@ -15,16 +15,9 @@ CONFIG=${CONFIG:-benchmarks/user_configs/llamafactory-ds_z2.json}
 SEQ=${SEQ:-2048}
 MB_MAX=${MB_MAX:-12}
 RUN=/tmp/user-run
-python3 - "$OUT/instructions.jsonl" <<'EOF'
-import json, random, sys
-random.seed(0)
-words = ("the model trains on two GPUs and the planner says which stage fits before the launch so the run does not "
-         "stop with an out of memory error after an hour of loading weights and data").split()
-with open(sys.argv[1], "w") as f:
-    for _ in range(4000):
-        prompt, response = (" ".join(random.choice(words) for _ in range(random.randint(50, 700))) for _ in range(2))
-        f.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
-EOF
+# the same rows, byte for byte, as the inline generator the committed runs used (15,057,090 bytes)
+python3 -c "from benchmarks.data_rss import write_rows; from pathlib import Path; write_rows(Path('$OUT'), 4000)"
+rm -f "$OUT/text.jsonl"
 for mb in $(seq "$MB_MAX" -1 1); do
   if python3 -m zero_planner --model "$MODEL" --gpus auto --seq-len "$SEQ" --micro-batch "$mb" --ds-config "$CONFIG" \
       --dataset "$OUT/instructions.jsonl" --eval-split 0.02 --tokenizer bytes --init random --save steps --save-steps 4 \

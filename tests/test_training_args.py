@@ -9,7 +9,7 @@ from conftest import ROOT, make_plan
 
 from zero_planner.cli import main as zero_plan
 from zero_planner.errors import InputError
-from zero_planner.run.data import IGNORE_INDEX, check_columns, detect_format, encode_prompt_response, pack_labeled
+from zero_planner.run.data import IGNORE_INDEX, check_columns, detect_format, encode_prompt_response, pack_labeled_arrays
 from zero_planner.run.tokenizer import ByteTokenizer
 
 TINY = str(ROOT / "benchmarks" / "model_configs" / "llama-tiny.json")
@@ -97,10 +97,10 @@ def test_prompt_response_without_a_chat_template_trains_on_the_response_and_eos(
 def test_pack_labeled_drops_blocks_with_nothing_to_learn():
     prompt_only = ([5] * 4, [IGNORE_INDEX] * 4)
     answered = ([6, 7, 8, 9], [IGNORE_INDEX, IGNORE_INDEX, 8, 9])
-    ids, labels = pack_labeled([prompt_only, answered, prompt_only], seq_len=4)
+    ids, labels = (blocks.tolist() for blocks in pack_labeled_arrays([prompt_only, answered, prompt_only], seq_len=4))
     assert ids == [[6, 7, 8, 9]] and labels == [[IGNORE_INDEX, IGNORE_INDEX, 8, 9]]
     # A block whose only label is on its first position learns nothing (labels shift by one).
-    assert pack_labeled([([1, 2], [1, IGNORE_INDEX])], seq_len=2) == ([], [])
+    assert tuple(b.tolist() for b in pack_labeled_arrays([([1, 2], [1, IGNORE_INDEX])], seq_len=2)) == ([], [])
 
 
 @pytest.mark.parametrize(

@@ -626,7 +626,7 @@ def _arrow_blocks(blocks):
     import pyarrow as pa
 
     count, seq_len = blocks.shape
-    offsets = pa.array(np.arange(0, (count + 1) * seq_len, seq_len, dtype=np.int64) if count else np.zeros(1, np.int64))
+    offsets = pa.array(np.arange(0, (count + 1) * seq_len, seq_len, dtype=np.int64))
     return pa.LargeListArray.from_arrays(offsets, pa.array(blocks.reshape(-1)))
 
 
@@ -659,7 +659,9 @@ def encode_prompt_response(tokenizer, prompt: str, response: str) -> tuple[list[
 
 
 def pack_labeled_arrays(examples, seq_len: int):
-    """Returns pack_labeled's blocks as two (blocks, seq_len) int32 numpy arrays, from an iterable of (ids, labels).
+    """Returns (ids blocks, labels blocks) of seq_len cut from the examples, an iterable of (ids, labels), joined end
+    to end, as two (blocks, seq_len) int32 numpy arrays; the tail and blocks with no trainable label after their
+    first position (the model shifts labels by one) are dropped.
 
     Each example becomes two int32 arrays as it comes, so the process never holds the dataset as Python lists:
     those took 52-56 bytes a token after loading and 96-133 at the peak (75 MB of prompt/response JSONL at 2,048
@@ -678,15 +680,8 @@ def pack_labeled_arrays(examples, seq_len: int):
     count = len(ids) // seq_len
     ids = ids[: count * seq_len].reshape(count, seq_len)
     labels = labels[: count * seq_len].reshape(count, seq_len)
-    keep = (labels[:, 1:] != IGNORE_INDEX).any(axis=1) if seq_len > 1 else np.zeros(count, dtype=bool)
+    keep = (labels[:, 1:] != IGNORE_INDEX).any(axis=1)  # a block of one token has nothing after its first
     return ids[keep], labels[keep]
-
-
-def pack_labeled(examples: list[tuple[list[int], list[int]]], seq_len: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Returns (ids blocks, labels blocks) of seq_len cut from the examples joined end to end; the tail and
-    blocks with no trainable label after their first position (the model shifts labels by one) are dropped."""
-    ids, labels = pack_labeled_arrays(examples, seq_len)
-    return ids.tolist(), labels.tolist()
 
 
 # --- sequence classification ---
