@@ -153,7 +153,7 @@ def test_unreadable_plan_exits_2(tmp_path, capsys):
                                             disk_free_bytes=10**12), "less than the planned H100"),
         ({"strategy": "2-offload", "cpu_bytes": 200 * GIB},
          Machine(gpus=ROOMY.gpus, host_available_bytes=100 * GIB, disk_free_bytes=10**12),
-         "offload (2-offload) needs 200.0 GiB of host memory; 100.0 GiB is available"),
+         "offload (2-offload) needs 200.0 GiB of host memory per node at its peak (train); 100.0 GiB is available"),
         ({"params": 8 * 10**9}, Machine(gpus=ROOMY.gpus, host_available_bytes=500 * GIB, disk_free_bytes=50 * GIB),
          "this run writes up to"),
     ],

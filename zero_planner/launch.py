@@ -186,7 +186,8 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         preflight.check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = preflight.probe_machine(plan, output_dir)
     start_step = resume_step(output_dir) if args.resume and args.script is None else 0
-    problems = preflight.preflight(plan, machine, output_dir=output_dir, start_step=start_step)
+    problems = preflight.preflight(plan, machine, output_dir=output_dir, start_step=start_step, resume=args.resume,
+                                   own_loop=args.script is None)  # fmt: skip
     note = preflight.fix_launch_env(plan, env, machine)
     if note:
         print(f"zero-run: note: {note}", file=sys.stderr)

@@ -202,6 +202,11 @@ class CpuEstimate(_Model):
     phases: dict[str, int] = Field(default_factory=dict)
     """Host memory per node of the phases that hold more than loading and training may: initialize (ZeRO-3),
     train, save, export, resume (memory.host_phase_peaks); empty in older plans."""
+    data_bytes: int | None = None
+    """Host bytes each rank holds for the dataset as the phases count it (data.held_data_bytes at planning; 0 for
+    the built-in corpus and hub datasets); None in plans written before it was recorded."""
+    data_peak_bytes: int | None = None
+    """The same while each rank tokenizes and packs it (the load phase)."""
 
 
 class Estimate(_Model):

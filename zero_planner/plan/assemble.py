@@ -41,7 +41,8 @@ def _estimate(memory: MemoryEstimate) -> Estimate:
             phases=dict(memory.phase_peaks),
             binding_phase=memory.binding_phase if memory.phase_peaks else None,
         ),
-        cpu=CpuEstimate(total=memory.cpu_total_bytes, phases=dict(memory.host_phase_peaks)),
+        cpu=CpuEstimate(total=memory.cpu_total_bytes, phases=dict(memory.host_phase_peaks),
+                        data_bytes=memory.data_bytes, data_peak_bytes=memory.data_peak_bytes),
     )
 
 

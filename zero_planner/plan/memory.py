@@ -208,6 +208,10 @@ class MemoryEstimate:
     train_peak_bytes: int = 0
     """The training steps' own peak (steps 1..4, the first optimizer step included): what benchmarks/gpu_step.py
     measures after deepspeed.initialize."""
+    data_bytes: int = 0
+    data_peak_bytes: int = 0
+    """The workload's dataset in each rank's host memory, held and while packed (Workload's), as the host figures
+    count it: zero-run compares it with the data it finds at launch."""
     fit_total_bytes: int = 0
     """`total` as the fit check reads it: the same, except that a transient DeepSpeed allocates only when the card
     has room for it (ZeRO-1/2 flattening the weights on the GPU) counts at the figure of its fallback, which
@@ -521,6 +525,8 @@ def estimate_memory(
         binding_phase=binding,
         host_phase_peaks=host_phases,
         train_peak_bytes=train_peak,
+        data_bytes=workload.data_bytes,
+        data_peak_bytes=workload.data_peak_bytes,
         fit_total_bytes=total - max(peak - max({**phases, "initialize": phases["initialize"] - guarded}.values()), 0),
     )
 

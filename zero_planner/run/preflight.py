@@ -1,7 +1,7 @@
 """Before any rank starts: can this machine run the plan, and will the ranks find what they need.
 
     probe_machine(plan, output_dir) -> Machine       this node's GPUs, available host memory, free disk
-    preflight(plan, machine, ...)   -> [problem]      GPUs, host memory for offload, disk for what the run writes,
+    preflight(plan, machine, ...)   -> [problem]      GPUs, host memory, disk for what the run writes,
                                                       the monitors' packages
     check_inputs(plan, ...)                           raises InputError: weights, tokenizer, data, QLoRA, --resume
     check_rendezvous(node_rank, addr, port)           why this node cannot join node 0's rendezvous, or None
@@ -26,7 +26,7 @@ from zero_planner.plan.dsconfig import monitors_enabled
 from zero_planner.plan.saves import DiskNeed, disk_need, exports_merged_model
 from zero_planner.planfile import Plan
 from zero_planner.run import checkpoint as ckpt
-from zero_planner.run.data import check_local_data, detect_format, peek_columns, resolve_files
+from zero_planner.run.data import check_local_data, detect_format, held_data_bytes, peek_columns, resolve_files
 from zero_planner.run.tokenizer import TOKENIZER_FIX, check_tokenizer, has_chat_template
 
 GPU_MEMORY_TOLERANCE = 0.10
@@ -120,10 +120,14 @@ def fix_launch_env(plan: Plan, env: dict[str, str], machine: Machine) -> str | N
     return note
 
 
-def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int = 0) -> list[str]:
+def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int = 0, resume: bool = False,
+              own_loop: bool = False) -> list[str]:
     """Returns one line per reason this machine cannot run the plan (empty when it can).
 
-    start_step: the step a --resume continues from (fewer checkpoints left to write)."""
+    start_step: the step a --resume continues from (fewer checkpoints left to write); resume: the run reads a
+    checkpoint first (its host peak); own_loop: zero-run's training loop runs the plan (not --script), so the plan's
+    host phases are what its ranks hold, with the data it finds now (host_need). A user's script is checked for
+    offload's host memory only."""
     gib = 2**30
     hw, problems = plan.hardware, []
     if plan.training.method == "qlora" and hw.gpu == "cpu":
@@ -149,16 +153,44 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int 
                     f"({hw.gpu_memory_bytes / gib:.1f} GiB); plan again with --gpus auto"
                 )
     offload = plan.strategy.offload_optimizer != "none" or plan.strategy.offload_param != "none"
-    if offload and machine.host_available_bytes < plan.estimate.cpu.total:
+    need, phase = host_need(plan, resume=resume)
+    if (own_loop or offload) and machine.host_available_bytes < need:
+        what = f"offload ({plan.strategy.name or plan.strategy.stage})" if offload else "the run"
         problems.append(
-            f"offload ({plan.strategy.name or plan.strategy.stage}) needs {plan.estimate.cpu.total / gib:.1f} GiB of "
-            f"host memory; {machine.host_available_bytes / gib:.1f} GiB is available"
+            f"{what} needs {need / gib:.1f} GiB of host memory per node at its peak ({phase}); "
+            f"{machine.host_available_bytes / gib:.1f} GiB is available: plan again with --cpu-mem "
+            f"{machine.host_available_bytes / gib:.0f}G, or free host memory"
         )
     disk = disk_problem(plan, machine.disk_free_bytes, output_dir=output_dir, start_step=start_step)
     if disk:
         problems.append(disk)
     problems += monitor_problems(plan.deepspeed_config)
     return problems
+
+
+def host_need(plan: Plan, *, resume: bool = False) -> tuple[int, str]:
+    """Returns (host bytes per node at the peak of this run, its phase): the plan's host phases that this run goes
+    through (resume only with --resume, save only where checkpoints are saved, export unless nothing is kept),
+    with the data its ranks will pack now in place of the data the plan counted (data.held_data_bytes: a file
+    that grew since planning, or --dataset OTHER). Older plans without phases: their total; without a recorded
+    dataset: as planned."""
+    cpu, t = plan.estimate.cpu, plan.training
+    phases = dict(cpu.phases) or {"train": cpu.total}
+    skipped = {"resume": not resume, "save": t.save != "steps", "export": t.save == "none"}
+    phases = {name: v for name, v in phases.items() if not skipped.get(name)} or {"train": cpu.total}
+    if cpu.data_bytes is not None:
+        held, peak, _ = held_data_bytes(t)
+        g = plan.hardware.gpus_per_node
+        more = (held - cpu.data_bytes) * g
+        # the load phase is the process after initialize less its data, plus the data's packing peak; a plan
+        # that counted no packing has none: the train phase less its data stands in for that process (an upper
+        # bound: it holds the optimizer's host states too)
+        base = phases["load"] - cpu.data_peak_bytes * g if "load" in phases else phases.get("train", cpu.total) - cpu.data_bytes * g
+        phases = {name: v + more for name, v in phases.items() if name != "load"}
+        if peak:
+            phases = {"load": base + peak * g, **phases}
+    phase = max(phases, key=lambda name: phases[name])
+    return phases[phase], phase
 
 
 def run_disk_need(plan: Plan, *, start_step: int = 0, **save) -> DiskNeed:
