@@ -95,3 +95,16 @@ def test_zero_run_refuses_a_machine_without_the_host_memory_and_says_how_much(pl
                                output_dir=str(planned.parent / "run"), own_loop=True) == []  # fmt: skip
     # a user's script: its host memory is its own; only offload's is checked
     assert preflight.preflight(plan, short, output_dir=str(planned.parent / "run")) == []
+
+
+def test_another_dataset_given_to_zero_run_is_sized_before_launch(planned, tmp_path, monkeypatch, capsys):
+    plan = load_plan(planned)
+    planned_need, _ = host_need(plan)
+    write_rows(tmp_path / "big.jsonl", 30000)  # ten times the planned rows
+    gpus = [("NVIDIA H100 80GB HBM3", 85 * 10**9)] * 2
+    enough_as_planned = Machine(gpus=gpus, host_available_bytes=planned_need, disk_free_bytes=10**13)
+    monkeypatch.setattr(preflight, "probe_machine", lambda plan, output_dir: enough_as_planned)
+    assert launch.main([str(planned), "--dataset", "big.jsonl"]) == 2
+    err = capsys.readouterr().err
+    # each rank holds ten times the data, in every phase
+    assert "refusing to launch: the run needs" in err and f"{planned_need / GIB:.1f} GiB is available" in err
