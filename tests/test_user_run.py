@@ -71,7 +71,8 @@ def test_every_phase_of_all_four_runs_is_within_two_percent_of_todays_plan(capsy
 def test_the_hosts_phases_are_within_two_percent_with_the_data_counted(capsys, user_data):
     # per node, after the int32 packing: train 4.67, save 14.41, export 6.67, resume 32.62 GiB, against 4.68, 14.42,
     # 6.68, 32.79 with the data counted (+0.1% .. +0.5%; without it train and export came out 10% and 7% low). Its
-    # load (packing) is over-predicted, 4.54 against 3.45: 51.3 bytes a token and the process after initialize
+    # load (packing) 3.45 against 3.64: 51.3 bytes a token of the file's bytes (an upper bound on its tokens) over the
+    # process before the model (4.54 with the process after initialize in its place)
     args = ("--dataset", str(user_data), "--eval-split", "0.02", "--tokenizer", "bytes")
     cpu = plan_now(capsys, 5, *args)[1]["estimate"]["cpu"]
     without = plan_now(capsys, 5)[1]["estimate"]["cpu"]
@@ -79,13 +80,14 @@ def test_the_hosts_phases_are_within_two_percent_with_the_data_counted(capsys, u
     for phase in ("train", "save", "export", "resume"):
         assert cpu["phases"][phase] == pytest.approx(resumed[phase], rel=0.02), phase
         assert cpu["phases"][phase] > without["phases"][phase]
-    assert resumed["load"] < cpu["phases"]["load"] < 1.4 * resumed["load"]
+    assert resumed["load"] < cpu["phases"]["load"] < 1.1 * resumed["load"]
     assert max(resumed, key=resumed.get) == "resume" == max(cpu["phases"], key=cpu["phases"].get)
 
 
 def test_a_larger_dataset_is_counted_too(capsys, tmp_path):
     # 20,000 rows (75 MB) each as prompt/response and as text, Llama 3.2 1B on two H200s (data_run_gpu.sh): per node in
-    # train 6.45 and 4.39 GiB measured, 6.59 and 4.38 planned; packing (load) 8.61 and 3.07, planned 10.30 and 4.11
+    # train 6.45 and 4.39 GiB measured, 6.59 and 4.38 planned; packing (load) 8.61 and 3.07, planned 9.40 and 3.21
+    # (10.30 and 4.11 with the process after initialize in place of the process before the model)
     paths = write_rows(tmp_path, 20_000)
     name = "llama3.2-1b-user-data-20k-rows-2xh200-2026-11-28"
     for fmt, path in (("instructions", paths["prompt-response"]), ("text", paths["text"])):
@@ -96,7 +98,7 @@ def test_a_larger_dataset_is_counted_too(capsys, tmp_path):
         cpu = json.loads(capsys.readouterr().out)["estimate"]["cpu"]["phases"]
         measured = per_node(json.loads((RUNS / f"{name}.report-{fmt}.json").read_text()))
         assert cpu["train"] == pytest.approx(measured["train"], rel=0.03), fmt
-        assert measured["load"] < cpu["load"] < 1.4 * measured["load"], fmt
+        assert measured["load"] < cpu["load"] < 1.1 * measured["load"], fmt
 
 
 def test_packing_as_lists_held_more_than_the_data_term_counts(capsys, user_data):

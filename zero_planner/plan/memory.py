@@ -1118,8 +1118,8 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     save = held * g + max(staging, module_storage) + staging * (g - 1)
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
     if workload.data_peak_bytes:
-        # every rank packs its data before it builds the model: the process as after initialize, the data's peak
-        phases = {"load": (parts.process_at_initialize - workload.data_bytes + workload.data_peak_bytes) * g, **phases}
+        # every rank packs its data before it builds the model: the process then, and the data's peak
+        phases = {"load": (parts.process_at_data + workload.data_peak_bytes) * g, **phases}
     if parts.defragment and strategy.offload_optimizer == "none":
         # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)
         phases = {"initialize": parts.defragment * g, **phases}
@@ -1138,6 +1138,13 @@ def pinned_bytes(num_bytes: int) -> int:
 # then: peak RSS minus the buffer on Llama 3.2 1B/3B, Qwen2.5-0.5B, Phi-3-mini, Mistral-8L and Gemma 2 2B is
 # 1.46-1.55 GiB (H100/H200, benchmarks/results); its own peak before, PROCESS_RSS_BYTES, is higher.
 RSS_AT_ZERO3_INIT_BYTES = int(1.55 * GiB)
+# A GPU process while it tokenizes and packs a user's dataset, before the model is built: torch, transformers,
+# datasets and deepspeed imported, the process group up, no model. Measured as the load phase's peak RSS less the
+# data's packing peak (data.PEAK_BYTES_PER_TOKEN x the tokens packed: run_report blocks x seq_len), per rank on two
+# H200s (2026-11-28): Llama 3.2 1B over 20,000 rows, prompt/response 1.06 and 1.01 GiB, text 1.07 and 0.99; Gemma 2
+# 2B over 4,000 prompt/response rows 1.09 and 1.08 (benchmarks/zero_run/*user-data-20k*, *user-llamafactory*-28b).
+# The process after initialize (RSS_AT_ZERO3_INIT_BYTES) counted in its place over-predicted those peaks by 20-34%.
+RSS_AT_DATA_BYTES = int(1.10 * GiB)
 # Not counted: QLoRA's peak RSS exceeds this model by the 16-bit checkpoint it quantises while loading (1.06
 # GiB + 2 bytes/param on Llama 3.2 1B/3B, H100). Those are memory-mapped safetensors pages: file-backed,
 # shared by every rank that maps the file and given back under pressure, so they are not memory a node must
@@ -1183,6 +1190,8 @@ class HostParts:
     """ZeRO-3's peak at initialize with parameters on the GPU (the partition copied through host memory)."""
     process_at_initialize: int = RSS_AT_ZERO3_INIT_BYTES
     """The process right after deepspeed.initialize, before training (a CPU process: the whole of `process`)."""
+    process_at_data: int = RSS_AT_DATA_BYTES
+    """The process while it packs its data, before the model (a CPU process: CPU_PROCESS_RSS_BYTES)."""
 
 
 def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[tuple[int, int], ...],
@@ -1242,4 +1251,5 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
     if strategy.offload_param != "none":
         partitions = sum(buffer_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
         states += buffer_bytes(w * Pn) + partitions
-    return HostParts(process + data, states, transient, defragment, process + data if cpu else RSS_AT_ZERO3_INIT_BYTES + data)
+    return HostParts(process + data, states, transient, defragment, process + data if cpu else RSS_AT_ZERO3_INIT_BYTES + data,
+                     CPU_PROCESS_RSS_BYTES if cpu else RSS_AT_DATA_BYTES)  # fmt: skip

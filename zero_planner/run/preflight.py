@@ -23,6 +23,7 @@ from pathlib import Path
 
 from zero_planner.errors import InputError
 from zero_planner.plan.dsconfig import monitors_enabled
+from zero_planner.plan.memory import CPU_PROCESS_RSS_BYTES, RSS_AT_DATA_BYTES
 from zero_planner.plan.saves import DiskNeed, disk_need, exports_merged_model
 from zero_planner.planfile import Plan
 from zero_planner.run import checkpoint as ckpt
@@ -182,10 +183,9 @@ def host_need(plan: Plan, *, resume: bool = False) -> tuple[int, str]:
         held, peak, _ = held_data_bytes(t)
         g = plan.hardware.gpus_per_node
         more = (held - cpu.data_bytes) * g
-        # the load phase is the process after initialize less its data, plus the data's packing peak; a plan
-        # that counted no packing has none: the train phase less its data stands in for that process (an upper
-        # bound: it holds the optimizer's host states too)
-        base = phases["load"] - cpu.data_peak_bytes * g if "load" in phases else phases.get("train", cpu.total) - cpu.data_bytes * g
+        # the load phase is the process while it packs (memory.RSS_AT_DATA_BYTES) plus the data's packing peak
+        process = CPU_PROCESS_RSS_BYTES if plan.hardware.gpu == "cpu" else RSS_AT_DATA_BYTES
+        base = phases["load"] - cpu.data_peak_bytes * g if "load" in phases else process * g
         phases = {name: v + more for name, v in phases.items() if name != "load"}
         if peak:
             phases = {"load": base + peak * g, **phases}
