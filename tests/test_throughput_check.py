@@ -302,11 +302,13 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
 
     one_sync = [c for c in measured_cases(4096, gpus=None, one_sync=True) if c.setting is not None]
     files = {c.row["file"] for c in one_sync}
-    # Gemma 2 on two H200s under SDPA (2026-11-27), and under eager attention on two, on four and on two capped at
-    # 79.2 GiB (2026-11-28; the capped sweeps' ZeRO-0 at 1 x 2,048 is under the 4,096 tokens the figures take)
+    # Gemma 2 on two H200s under SDPA (2026-11-27), and under eager attention on two, on four (twice, two machines)
+    # and on two capped at 79.2 GiB (2026-11-28; the capped sweeps' ZeRO-0 at 1 x 2,048 is under the 4,096 tokens
+    # the figures take)
     assert files == {"h200x2-i26-gemma2-one-sync-2026-11-27.jsonl", "h200x2-i26-gemma2-eager-2026-11-28.jsonl",
-                     "h200x4-i26-gemma2-eager-2026-11-28.jsonl", "h200x2-i26-gemma2-eager-cap-2026-11-28.jsonl"}
-    assert len(one_sync) == 30  # fmt: skip
+                     "h200x4-i26-gemma2-eager-2026-11-28.jsonl", "h200x2-i26-gemma2-eager-cap-2026-11-28.jsonl",
+                     "h200x4-i26-gemma2-eager-b-2026-11-28.jsonl"}
+    assert len(one_sync) == 37  # fmt: skip
     assert not {c.name for c in one_sync} & {c.name for c in measured_cases(4096, gpus=None)}
     ratios = several_gpus(4096)
     out = capsys.readouterr().out.splitlines()
@@ -317,7 +319,7 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     # run eager (5.24 refuses SDPA for it): every Gemma 2 sweep timed with SDPA says so, the eager ones do not
     assert "timed with sdpa; zero-plan's plans run eager" in line
     for name in ("h200x2-i26-gemma2-eager-2026-11-28", "h200x4-i26-gemma2-eager-2026-11-28",
-                 "h200x2-i26-gemma2-eager-cap-2026-11-28"):
+                 "h200x2-i26-gemma2-eager-cap-2026-11-28", "h200x4-i26-gemma2-eager-b-2026-11-28"):
         eager = next(l for l in out if name in l)
         assert "timed as zero-run's loop" in eager and "timed with sdpa" not in eager
 
