@@ -477,3 +477,22 @@ def test_ranking_table_fits_100_columns(plan_file, monkeypatch):
         assert cell in table, cell
     assert "…" not in table
     assert probe._console().width == 100  # written to a pipe (pytest's capture): 100 columns, not 160
+
+
+@pytest.mark.parametrize("name", ["llama3.2-1b-probe3-s2048-h100-2026-11-23",
+                                  "gemma2-2b-eager-probe2-s2048-2xh200-2026-11-28",
+                                  "gemma2-2b-eager-2xh100-plan-probe2-on-2xh200-2026-11-28"])  # fmt: skip
+def test_the_committed_gpu_probes_trained_with_their_fastest_measured(name):
+    # Measured on lent GPUs (docs/speed.md): the H100's three candidates; Gemma 2 on two whole H200s (the analytic
+    # pick kept); Gemma 2's plan for two H100s, where the model picks ZeRO-1 at 2 without checkpointing and the probe
+    # measured ZeRO-1 at 7 with it 1.04x faster and wrote the plan with it
+    plan = load_plan(Path(__file__).parents[1] / "benchmarks" / "zero_run" / f"{name}.probed.json")
+    probed = [c for c in plan.candidates if c.probe is not None and c.probe.status == "ok"]
+    best = max(probed, key=lambda c: c.probe.tokens_per_second)
+    assert len(probed) >= 2 and best.chosen and plan.probe.chosen == plan.candidates.index(best)
+    assert (plan.training.micro_batch_size, plan.training.gradient_checkpointing) == (
+        best.micro_batch_size, best.gradient_checkpointing)
+    for c in probed:  # every probed peak within 2% of the plan's
+        assert c.probe.peak_allocated_bytes == pytest.approx(c.estimate.per_gpu.peak_allocated, rel=0.02)
+    if "2xh100-plan" in name:
+        assert plan.probe.planned != plan.probe.chosen
