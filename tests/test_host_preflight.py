@@ -89,7 +89,7 @@ def test_zero_run_refuses_a_machine_without_the_host_memory_and_says_how_much(pl
     assert launch.main([str(planned)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "refusing to launch: the run needs" in err[0]
-    assert f"{need / GIB:.1f} GiB of host memory per node at its peak ({phase})" in err[0] and "--cpu-mem" in err[0]
+    assert f"{need / GIB:.1f} GiB of host memory per node at its peak ({phase})" in err[0] and f"--cpu-mem {int((need - 1) / GIB)}GiB" in err[0]
     # the same machine with what the plan needs passes
     assert preflight.preflight(plan, Machine(gpus=gpus, host_available_bytes=need, disk_free_bytes=10**13),
                                output_dir=str(planned.parent / "run"), own_loop=True) == []  # fmt: skip

@@ -160,7 +160,7 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int 
         problems.append(
             f"{what} needs {need / gib:.1f} GiB of host memory per node at its peak ({phase}); "
             f"{machine.host_available_bytes / gib:.1f} GiB is available: plan again with --cpu-mem "
-            f"{machine.host_available_bytes / gib:.0f}G, or free host memory"
+            f"{int(machine.host_available_bytes / gib)}GiB, or free host memory"
         )
     disk = disk_problem(plan, machine.disk_free_bytes, output_dir=output_dir, start_step=start_step)
     if disk:
