@@ -302,7 +302,7 @@ def test_the_data_each_rank_holds_is_sized_from_the_files(tmp_path):
 
 def test_zero_plan_counts_a_local_dataset_in_the_host_figures(tmp_path, capsys):
     from zero_planner.cli import main
-    from zero_planner.plan.memory import RSS_AT_ZERO3_INIT_BYTES
+    from zero_planner.plan.memory import RSS_AT_DATA_BYTES
 
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": "q " * 300, "response": "a " * 900}) + "\n" for _ in range(2000)))
@@ -315,6 +315,9 @@ def test_zero_plan_counts_a_local_dataset_in_the_host_figures(tmp_path, capsys):
         plans.append(json.loads(capsys.readouterr().out))
     before, after = plans[0]["estimate"]["cpu"]["phases"], plans[1]["estimate"]["cpu"]["phases"]
     assert {p: after[p] - v for p, v in before.items()} == dict.fromkeys(before, int(pairs.stat().st_size * 17.0))
-    # packing, before the model: the process as after initialize and 51.3 bytes a token
-    assert "load" not in before and after["load"] == RSS_AT_ZERO3_INIT_BYTES + int(pairs.stat().st_size * 51.3)
+    # packing, before the model: the process then and 51.3 bytes a token; the plan records both (zero-run re-sizes)
+    assert "load" not in before and after["load"] == RSS_AT_DATA_BYTES + int(pairs.stat().st_size * 51.3)
+    cpu = plans[1]["estimate"]["cpu"]
+    assert (cpu["data_bytes"], cpu["data_peak_bytes"]) == (int(pairs.stat().st_size * 17.0), int(pairs.stat().st_size * 51.3))
+    assert (plans[0]["estimate"]["cpu"]["data_bytes"], plans[0]["estimate"]["cpu"]["data_peak_bytes"]) == (0, 0)
     assert any("hold the tokenized data" in note for note in plans[1]["notes"])
