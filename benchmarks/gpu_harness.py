@@ -298,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                 need = need_bytes(case, min(budget.values()))
                 claimed = {g: sum(j.need_bytes for j in jobs if g in j.gpus) for g in gpus}
                 take = sorted(sorted(gpus, key=lambda g: (claimed[g], g))[: case["num_gpus"]])
-                workdir = tmp / case["id"].replace("|", "_")
+                # one folder per queued case: a case listed twice (repeats) must not find the first one's go file
+                workdir = tmp / f"{len(cases) - len(queue):03d}-{case['id'].replace('|', '_')}"
                 workdir.mkdir(parents=True, exist_ok=True)
                 jobs.append(Running(case, take, workdir, need))
             time.sleep(0.2)
