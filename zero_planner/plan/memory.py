@@ -1145,6 +1145,14 @@ RSS_AT_ZERO3_INIT_BYTES = int(1.55 * GiB)
 # 2B over 4,000 prompt/response rows 1.09 and 1.08 (benchmarks/zero_run/*user-data-20k*, *user-llamafactory*-28b).
 # The process after initialize (RSS_AT_ZERO3_INIT_BYTES) counted in its place over-predicted those peaks by 20-34%.
 RSS_AT_DATA_BYTES = int(1.10 * GiB)
+
+
+def data_process_bytes(cpu: bool) -> int:
+    """Returns one rank's process while it packs its data, before the model: RSS_AT_DATA_BYTES for a GPU process,
+    CPU_PROCESS_RSS_BYTES for a CPU one (no model tensors yet)."""
+    return CPU_PROCESS_RSS_BYTES if cpu else RSS_AT_DATA_BYTES
+
+
 # Not counted: QLoRA's peak RSS exceeds this model by the 16-bit checkpoint it quantises while loading (1.06
 # GiB + 2 bytes/param on Llama 3.2 1B/3B, H100). Those are memory-mapped safetensors pages: file-backed,
 # shared by every rank that maps the file and given back under pressure, so they are not memory a node must
@@ -1252,4 +1260,4 @@ def host_parts(strategy: Strategy, P: int, n: int, w: int, tensor_sizes: tuple[t
         partitions = sum(buffer_bytes(w * math.ceil(numel / n)) * count for numel, count in tensor_sizes)
         states += buffer_bytes(w * Pn) + partitions
     return HostParts(process + data, states, transient, defragment, process + data if cpu else RSS_AT_ZERO3_INIT_BYTES + data,
-                     CPU_PROCESS_RSS_BYTES if cpu else RSS_AT_DATA_BYTES)  # fmt: skip
+                     data_process_bytes(cpu))  # fmt: skip

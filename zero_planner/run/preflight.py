@@ -23,7 +23,7 @@ from pathlib import Path
 
 from zero_planner.errors import InputError
 from zero_planner.plan.dsconfig import monitors_enabled
-from zero_planner.plan.memory import CPU_PROCESS_RSS_BYTES, RSS_AT_DATA_BYTES
+from zero_planner.plan.memory import data_process_bytes
 from zero_planner.plan.saves import DiskNeed, disk_need, exports_merged_model
 from zero_planner.planfile import Plan
 from zero_planner.run import checkpoint as ckpt
@@ -183,12 +183,9 @@ def host_need(plan: Plan, *, resume: bool = False) -> tuple[int, str]:
         held, peak, _ = held_data_bytes(t)
         g = plan.hardware.gpus_per_node
         more = (held - cpu.data_bytes) * g
-        # the load phase is the process while it packs (memory.RSS_AT_DATA_BYTES) plus the data's packing peak
-        process = CPU_PROCESS_RSS_BYTES if plan.hardware.gpu == "cpu" else RSS_AT_DATA_BYTES
-        base = phases["load"] - cpu.data_peak_bytes * g if "load" in phases else process * g
         phases = {name: v + more for name, v in phases.items() if name != "load"}
-        if peak:
-            phases = {"load": base + peak * g, **phases}
+        if peak:  # the load phase as memory.host_phase_peaks counts it: the process then and the data's peak
+            phases = {"load": (data_process_bytes(plan.hardware.gpu == "cpu") + peak) * g, **phases}
     phase = max(phases, key=lambda name: phases[name])
     return phases[phase], phase
 
