@@ -240,7 +240,14 @@ def profile_steps(engine, case: dict, generator, steps: int) -> dict:
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / steps
     by_kind, top = kernel_seconds(prof, steps)
-    return {"steps": steps, "wall_s": wall, "kernel_s": by_kind, "top_kernels": top}
+    result = {"steps": steps, "wall_s": wall, "kernel_s": by_kind, "top_kernels": top}
+    if case.get("idle_trace"):
+        # where the GPU idles, and what the host was doing (idle_profile.py): without, then with Python stacks
+        from benchmarks.idle_profile import profile_idle
+
+        batches = iter(lambda: random_batch(case, generator, engine.device), None)
+        result["idle"] = [profile_idle(engine, case, batches, steps, with_stack) for with_stack in (False, True)]
+    return result
 
 
 def planned_attention(config: dict, model: str | None = None) -> str | None:

@@ -141,6 +141,9 @@ def _world_suite(num_gpus: int, short: bool = False) -> dict:
     return {"gpu": "H100", "num_gpus": num_gpus, "settings": [], "steps": 10, "ladders": ladders, "variants": variants}
 
 
+IDLE_PROFILES = [("gemma2-2b", 2048, "1", False, 2), ("gemma2-2b", 2048, "1", True, 7), ("llama3.2-1b", 2048, "1", False, 2),
+                 ("qwen2.5-1.5b", 2048, "1", False, 2), ("gemma2-2b", 2048, "0", False, 2)]
+
 SUITES = {
     "i26-moe-small-h100": {"gpu": "H100", "settings": [("mixtral-32e-top8", 2048)], "ladders": []},
     "i26-moe-shared-h100": {"gpu": "H100", "settings": [("qwen2-moe-a2.7b-4l", 2048)], "ladders": []},
@@ -326,6 +329,21 @@ SUITES = {
     "i26-eager-pairs-h100": {"gpu": "H100", "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
                              "attn_pairs": [("gemma2-2b", 2048, "0", False, 1), ("gemma2-2b", 2048, "0", True, 4),
                                             ("llama3.2-1b", 2048, "0", False, 3), ("llama3.2-1b", 2048, "0", True, 8)]},
+    # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
+    # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 147 tensors: idled half
+    # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each
+    # profiled over two steps without and with Python stacks
+    # profiled over two steps without and with Python stacks; on one GPU and on two
+    "i26-idle-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
+                      "profiles": IDLE_PROFILES},
+    "i26-idle-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
+                        "profiles": IDLE_PROFILES},
+    # the same for ZeRO-3 and ZeRO-2 (a per-tensor cost in stages 0-2's step, fitted alone, made ZeRO-3 the pick
+    # where it is slower: where do ZeRO-3's steps idle?)
+    "i26-idle3-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
+                       "profiles": [("gemma2-2b", 2048, "3", False, 2), ("llama3.2-1b", 2048, "3", False, 2),
+                                    ("qwen2.5-1.5b", 2048, "3", False, 2), ("gemma2-2b", 2048, "3", True, 7),
+                                    ("gemma2-2b", 2048, "2", False, 2)]},
 }
 
 
@@ -387,6 +405,11 @@ def suite_cases(name: str) -> list[dict]:
             c["id"] += f"|{attn}"
             c["attn_implementation"] = attn
             cases.append(c)
+    for model, seq, strategy, gc, micro in spec.get("profiles", []):
+        c = _ladder_case(model, seq, strategy, gc, micro, spec["gpu"], num_gpus)
+        c["id"] += "|idle"
+        c.update(profile_steps=2, idle_trace=True)
+        cases.append(c)
     for c in cases:
         c["steps"] = spec.get("steps", STEPS)
         if spec.get("phase_sync") is False and "phase_sync" not in c:
