@@ -10,6 +10,8 @@ steps, 1.5-1.9 ms a layer on one H200), the optimizer's bytes per parameter and 
 least squares on relative error; `--attention` pins SDPA's rate or fits it; `--moe` gives the mixtures of experts'
 routing and permutation bytes their own fraction of the reference GPU's bandwidth (scaled to other GPUs as the dense
 rate is). Everything else (host rates, ZeRO-3's hooks, CPU Adam, several GPUs) is throughput_fit.fit's, unchanged.
+Written before the per-gradient-tensor term (Calibration.seconds_per_grad_tensor, 2026-11-28, twelfth session): the
+trial's own fit leaves that term at the committed value; its figures in docs/speed.md are of the structure before.
 """
 
 from __future__ import annotations

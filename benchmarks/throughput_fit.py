@@ -88,6 +88,8 @@ class Features:
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
+    grad_tensors: float = 0.0
+    """Gradient tensors the rank handles one at a time per step (throughput.grad_tensor_passes)."""
 
 
 def family_of(case) -> str:
@@ -146,6 +148,7 @@ def features(case, base: Calibration | None = None) -> Features:
         gathers=throughput.stage3_gathers(spec, workload) if stage3_across_ranks else 0,
         stage3_reductions=throughput.stage2_reductions(spec, workload) if stage3_across_ranks else 0,
         communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
+        grad_tensors=throughput.grad_tensor_passes(spec, strategy, workload),
     )
 
 
@@ -168,7 +171,8 @@ def predict(c: Features, cal: Calibration) -> float:
     across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
     fetches = c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
-    return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + c.communication_s + c.pcie_s
+    tensors = c.grad_tensors * cal.seconds_per_grad_tensor
+    return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + tensors + c.communication_s + c.pcie_s
             + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
 
 
@@ -176,9 +180,10 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     """Returns `base` with the stage 0-2 constants fitted, or None where no physical fit exists.
 
     For each (matmul fraction f, HBM fraction h) on a 0.01 grid, t - sum of GEMM rooflines - traffic_s/h =
-    attention_s/a + optimizer_param_s * bytes/h is linear in (1/a, bytes/h); dividing each row by t makes it
+    attention_s/a + optimizer_param_s * bytes/h + grad_tensors * seconds per tensor is linear in (1/a, bytes/h,
+    seconds per tensor); dividing each row by t makes it
     least squares on relative error, solved in closed form at every grid point at once. The grid keeps the
-    physical fit (fractions in (0, 1], bytes >= 0) with the smallest residual; ties go to the first.
+    physical fit (fractions in (0, 1], bytes and seconds >= 0) with the smallest residual; ties go to the first.
     """
     if len(cases) < 4:
         return None
@@ -188,26 +193,27 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     size = np.array([c.gemm_bytes_s + (0.0,) * (width - len(c.gemm_bytes_s)) for c in cases])
     traffic = np.array([c.traffic_s for c in cases])
     fixed = np.array([c.masked_attention_s + c.eager_attention_s for c in cases])  # measured, not fitted
-    x = np.array([[c.attention_s, c.optimizer_param_s] for c in cases]) / t[:, None]
+    x = np.array([[c.attention_s, c.optimizer_param_s, c.grad_tensors] for c in cases]) / t[:, None]
     gram = x.T @ x
-    if abs(np.linalg.det(gram)) < 1e-12 * max(1.0, float(np.abs(gram).max())) ** 2:
-        return None
+    if np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1e-30)) < x.shape[1]:
+        return None  # a column the cases do not vary (e.g. no attention), or two in proportion
     inverse = np.linalg.inv(gram)
     fs = np.arange(30, int(throughput.MAX_MATMUL_FRACTION * 100) + 1) / 100
     hs = np.arange(30, 101) / 100
     # rest[f, h, case] = t - GEMM rooflines - traffic / h, relative to t
     gemm = np.maximum(flops[None, None] / fs[:, None, None, None], size[None, None] / hs[None, :, None, None]).sum(-1)
     rest = 1 - (gemm + traffic / hs[None, :, None] + fixed) / t
-    coef = np.einsum("ij,fhj->fhi", inverse, np.einsum("cj,fhc->fhj", x, rest))  # (1/a, bytes/h)
+    coef = np.einsum("ij,fhj->fhi", inverse, np.einsum("cj,fhc->fhj", x, rest))  # (1/a, bytes/h, s per tensor)
     residual = ((np.einsum("cj,fhj->fhc", x, coef) - rest) ** 2).sum(-1)
-    physical = (coef[..., 0] >= 1) & (coef[..., 1] >= 0)
+    physical = (coef[..., 0] >= 1) & (coef[..., 1] >= 0) & (coef[..., 2] >= 0)
     if not physical.any():
         return None
     residual = np.where(physical, residual, np.inf)
     i, j = np.unravel_index(int(np.argmin(residual)), residual.shape)
-    inv_a, opt_per_h = coef[i, j]
+    inv_a, opt_per_h, per_tensor = coef[i, j]
     return replace(base, matmul_fraction=float(fs[i]), memory_fraction=float(hs[j]), attention_fraction=round(1 / inv_a, 5),
-                   optimizer_bytes_per_param=round(float(opt_per_h * hs[j]), 1))  # fmt: skip
+                   optimizer_bytes_per_param=round(float(opt_per_h * hs[j]), 1),
+                   seconds_per_grad_tensor=round(float(per_tensor), 6))  # fmt: skip
 
 
 def fit_host_rate(cases: list[Features], cal: Calibration, name: str, step: float, steps: int, digits: int,
@@ -420,7 +426,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
                  "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
-                 "stage2_seconds_per_reduction", "host_seconds_per_layer",
+                 "stage2_seconds_per_reduction", "host_seconds_per_layer", "seconds_per_grad_tensor",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction", "link_measured_on"):  # fmt: skip
         data[name] = getattr(cal, name)
@@ -457,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  achieved attention   {cal.attention_fraction:.3f} of peak  (attention_fraction)")
     print(f"  achieved HBM         {cal.memory_fraction:.3f} of peak  (memory_fraction)")
     print(f"  optimizer            {cal.optimizer_bytes_per_param:.0f} bytes per trainable parameter per step")
+    print(f"  optimizer            {cal.seconds_per_grad_tensor * 1e3:.3f} ms host time per gradient tensor, one at a time")
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
     print(f"  stage 3, several GPUs {cal.stage3_seconds_per_gather * 1e3:.2f} ms more per gather across ranks "
           f"({sum(c.strategy == '3' for c in several)} runs)")

@@ -438,9 +438,9 @@ def test_ds_config_says_what_a_loop_keeping_outputs_adds(real_memory, tmp_path, 
 
 
 def test_a_runner_up_within_the_stated_error_is_named_with_the_probe_that_orders_them(real_memory, tmp_path, capsys):
-    # Qwen2.5-7B on four H100s: ZeRO-1 at 9 x 2,048 and ZeRO-3 at 11, both with checkpointing, are predicted within
-    # 0.1% (measured on four H200s capped at 79.2 GiB, 2026-11-27: 34,855 and 32,835 tokens/s); the plan says the
-    # two are within its error and how to order them. (Gemma 2 2B on two H100s was the example until its eager
+    # Qwen2.5-7B on four H100s: ZeRO-1 at 9 x 2,048 and ZeRO-3 at 11, both with checkpointing, are predicted 2.2%
+    # apart (measured on four H200s capped at 79.2 GiB, 2026-11-27: 34,855 and 32,835 tokens/s, 5.8%); the plan says
+    # the two are within its error and how to order them. (Gemma 2 2B on two H100s was the example until its eager
     # attention was counted: its checkpointed candidate is now predicted well behind.)
     from zero_planner.plan.render import runner_up_within
     from zero_planner.plan.throughput import load_calibration
@@ -459,11 +459,11 @@ def test_a_runner_up_within_the_stated_error_is_named_with_the_probe_that_orders
     words = "with checkpointing" if close.gradient_checkpointing else "no checkpointing"
     assert (f"the next best, stage {close.strategy.name}, {words}, micro-batch {close.micro_batch_size}, is predicted"
             in text and "--probe 2 times both" in text)  # fmt: skip
-    # with no error, only a candidate predicted at least as fast is named: here ZeRO-3, 0.1% ahead, which the tie
-    # went against (the simpler strategy is taken within the model's resolution)
-    tied = runner_up_within(plan.candidates, chosen, 0.0)
-    assert tied is close and tied.tokens_per_second >= chosen.tokens_per_second and "tied for fastest" in text
-    assert runner_up_within([c for c in plan.candidates if c is not close], chosen, 0.0) is None
+    # with no error, only a candidate predicted at least as fast is named: ZeRO-3, behind, is not; at the chosen
+    # one's figure it would be (a tie, which goes to the simpler strategy)
+    assert runner_up_within(plan.candidates, chosen, 0.0) is None and "tied for fastest" not in text
+    level = close.model_copy(update={"tokens_per_second": chosen.tokens_per_second})
+    assert runner_up_within([level if c is close else c for c in plan.candidates], chosen, 0.0) is level
 
 
 def test_a_plan_with_eager_attention_says_so(capsys):

@@ -97,7 +97,9 @@ def test_compute_hand_computed():
     )
     assert t.communication_s == 0 and t.offload_s == 0 and t.stage3_s == 0
     assert t.tokens_per_step == 1000
-    assert t.tokens_per_second == pytest.approx(1000 / (t.compute_s + t.optimizer_s))
+    # its one gradient tensor, checked on the host in the step (ZeRO-0 checks every one)
+    assert t.host_s == pytest.approx(throughput.load_calibration().seconds_per_grad_tensor * 1)
+    assert t.tokens_per_second == pytest.approx(1000 / (t.compute_s + t.optimizer_s + t.host_s))
     assert t.mfu == pytest.approx(6.12e12 / (t.step_s * 100e12))
 
 
@@ -227,16 +229,34 @@ def test_small_micro_batches_wait_for_the_host_and_large_ones_hide_it():
     tiny, big = work(micro_batch_size=1, seq_len=128), work(micro_batch_size=16, seq_len=4096)
     cal = throughput.load_calibration()
     floor = spec.num_layers * cal.host_seconds_per_layer
+    def tensors(name: str, w: Workload) -> float:  # the per-gradient-tensor work, at every micro-batch
+        return throughput.grad_tensor_seconds(spec, STRATEGIES[name], w)
+
+    assert tensors("0", tiny) == pytest.approx(146 * cal.seconds_per_grad_tensor) and tensors("0", tiny) > 0  # 146 tensors
     s0 = estimate_step_time(spec, STRATEGIES["0"], GPU, tiny)
-    assert s0.host_s == pytest.approx(floor - s0.compute_s) and s0.host_s > 0
+    assert s0.host_s == pytest.approx(floor - s0.compute_s + tensors("0", tiny)) and s0.host_s > tensors("0", tiny)
     s2 = estimate_step_time(spec, STRATEGIES["2"], GPU, tiny)
     buckets = throughput.stage2_reductions(spec, tiny)
-    assert s2.host_s == pytest.approx(floor + buckets * cal.stage2_seconds_per_reduction - s2.compute_s)
+    assert s2.host_s == pytest.approx(floor + buckets * cal.stage2_seconds_per_reduction - s2.compute_s + tensors("2", tiny))
     assert s2.step_s > estimate_step_time(spec, STRATEGIES["1"], GPU, tiny).step_s
     checkpointed = estimate_step_time(spec, STRATEGIES["0"], GPU, replace(tiny, gradient_checkpointing=True))
-    assert checkpointed.host_s + checkpointed.compute_s == pytest.approx(floor * 4 / 3)
+    assert checkpointed.host_s + checkpointed.compute_s == pytest.approx(floor * 4 / 3 + tensors("0", tiny))
     for name in ("0", "1", "2"):
-        assert estimate_step_time(spec, STRATEGIES[name], GPU, big).host_s == 0
+        assert estimate_step_time(spec, STRATEGIES[name], GPU, big).host_s == pytest.approx(tensors(name, big))
+
+
+def test_deepspeed_handles_gradients_one_tensor_at_a_time():
+    # Stages 0-2 check each gradient of the rank's partition in the step; ZeRO-3 moves each into its partition in
+    # every micro-step's backward, on every rank; offload checks on the host (not counted).
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    one, four = work(), work(world_size=4, gpus_per_node=4, gradient_accumulation_steps=2)
+    passes = {name: (throughput.grad_tensor_passes(spec, STRATEGIES[name], one),
+                     throughput.grad_tensor_passes(spec, STRATEGIES[name], four)) for name in STRATEGIES}
+    assert passes["0"] == (146, 146) and passes["1"] == passes["2"] == (146, 146 / 4)
+    assert passes["3"] == (146, 2 * 146)
+    assert all(passes[name] == (0, 0) for name in STRATEGIES if STRATEGIES[name].offload_optimizer != "none")
+    lora = replace(one, method="lora", lora_r=8)
+    assert throughput.trainable_tensors(spec, lora) == 2 * 7 * 16  # A and B of seven linears in 16 layers
 
 
 def test_stage2_reductions_follow_the_bucket_size():

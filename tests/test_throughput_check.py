@@ -42,7 +42,9 @@ def test_leave_one_family_out_is_deterministic_and_fast(cases):
 def test_the_stated_error_is_todays(cases):
     # What zero-plan prints beside tokens/s (catalog/step_time.json) is what this validation computes; refresh
     # with `python benchmarks/throughput_fit.py --write` when the data or the model changes.
-    computed = validate([c for c in cases if not c.host_shared], quiet=True)
+    # computed as throughput_fit.py --write does: over every run, one GPU and several (the fit takes the H200's
+    # memory rate and ZeRO-3's terms across ranks from the runs of several)
+    computed = validate([c for c in measured_cases(4096, gpus=None) if not c.host_shared], quiet=True)
     cal = load_calibration()
     assert cal.median_error == pytest.approx(computed["out_of_family_median"], abs=0.005)
     assert cal.max_error == pytest.approx(computed["out_of_family_max"], abs=0.005)
@@ -182,13 +184,18 @@ def test_plans_of_several_gpus_state_the_several_gpu_error(capsys):
 
 def test_a_runs_own_deepspeed_json_predicts_it(capsys):
     # The committed ZeRO-2 variant with DeepSpeed's 5e8-element buckets (i26-stage2-3b-h100) ran faster than ours;
-    # read with its own JSON, the model predicts it faster too, and closer than with ours.
+    # read with its own JSON, the model predicts it no slower, and within 10%. (At 2 x 2,048 with checkpointing the
+    # fitted host time, 2 ms a layer since the per-tensor term, is below the GPU's work with either bucket size, so
+    # the two predictions are equal: the model no longer sees ours 7% slower here.)
     from benchmarks.throughput_check import user_configs
 
     rows = {name: (measured, own, ours) for name, measured, own, ours in user_configs()}
     measured, own, ours = rows["llama3.2-3b|2|bf16|mb2|s2048|gc|g1|ga1|cap79.2|xs|bucket-5e8"]
-    assert own < ours
+    assert own <= ours
     assert abs(own / measured - 1) < 0.1
+    # DeepSpeed's defaults at 2 x 2,048 without checkpointing: a handful of buckets against ours, hundreds
+    measured, own, ours = rows["llama3.2-1b|2|bf16|mb2|s2048|nogc|g1|ga1|cap79.2|xs|ds-defaults"]
+    assert own < ours and abs(own / measured - 1) < 0.1
     assert "not modelled" in capsys.readouterr().out  # overlap_comm off is said, not guessed
 
 

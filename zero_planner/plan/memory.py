@@ -375,6 +375,11 @@ def _linear(spec: ModelSpec) -> dict[str, int]:
     }
 
 
+def adapted_linears(spec: ModelSpec) -> int:
+    """Returns the linear layers LoRA's "all-linear" adapts (each gets an A and a B matrix)."""
+    return int(_linear(spec)["count"])
+
+
 def task_params(spec: ModelSpec, workload: Workload) -> int:
     """Returns the model's parameters for the task: seq-cls swaps the LM head for a num_labels score head."""
     if workload.task != "seq-cls":

@@ -46,7 +46,8 @@ from importlib import resources
 from zero_planner.hardware import GPU
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.dsconfig import STAGE3_MAX_REUSE_DISTANCE, bucket_sizes
-from zero_planner.plan.memory import Workload, ZeroBuffers, sdpa_masked_layers, trainable_params, weight_bytes
+from zero_planner.plan.memory import (Workload, ZeroBuffers, adapted_linears, sdpa_masked_layers, trainable_params,
+                                      weight_bytes)
 from zero_planner.strategies import Strategy
 
 
@@ -124,6 +125,18 @@ class Calibration:
     ran the same host-bound ZeRO-3 cases on 2 and on 4 of their GPUs (2026-11-27): 17 of 20 took longer on four
     (median +11%: +22% on one machine, +7% on the other; up to +58%), where the model's GPU and communication
     terms shrink. Eight GPUs and several nodes are not measured: the logarithm is the assumption there."""
+    seconds_per_grad_tensor: float = 0.0
+    """FITTED with optimizer_bytes_per_param (stages 0-2, one GPU): the host seconds DeepSpeed spends on each gradient
+    tensor, one tensor at a time, while the GPU waits (grad_tensor_passes). Stages 0-2 check every gradient of the
+    rank's partition for inf and NaN in the optimizer step (stage_1_and_2.py has_overflow_partitioned_grads_serial;
+    ZeRO-0 has_overflow_serial: amax, amin, isfinite twice, logical_and, logical_not, add, seven launches a tensor
+    whose GPU work is a few microseconds) and take each one's norm; ZeRO-3 checks its flat partition once but moves
+    every gradient into its bucket and partition in backward (stage3.py __add_grad_to_ipg_bucket, partition_grads).
+    Profiled on one H200 (2026-11-28, benchmarks/idle_profile.py: torch.profiler with the CPU's ops, each gap in the
+    GPU's work charged to the host code that launched the kernel after it): at stages 0-2 the GPU idled most in the
+    optimizer step, in proportion to the tensors (Llama 3.2 1B 146, Gemma 2 2B 288, Qwen2.5-1.5B 338),
+    has_inf_or_nan the frame charged most; at ZeRO-3 in backward's per-gradient hooks. The per-layer and per-fetch
+    host times do not see it: it comes after the layers' launches, with nothing queued on the GPU to hide it."""
     grouped_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
@@ -315,7 +328,8 @@ class StepTime:
     stage3_s: float = 0.0
     """ZeRO-3 host-side fetch overhead the GPU's work does not hide (zero for stages 0-2)."""
     host_s: float = 0.0
-    """Stages 0-2: the host's time (layer launches, ZeRO-2's synchronized reductions) the GPU's work does not hide."""
+    """The host's time the GPU's work does not hide: stages 0-2's layer launches and ZeRO-2's synchronized reductions
+    beyond the GPU's work, and every stage's per-gradient-tensor work (grad_tensor_seconds)."""
     optimizer_s: float = 0.0
     """The optimizer step on the GPU (zero when the optimizer is offloaded: CPU Adam is in offload_s)."""
 
@@ -1183,6 +1197,36 @@ def optimizer_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: W
     return cal.optimizer_bytes_per_param * psi / memory_bytes_per_s(gpu, calibration)
 
 
+def trainable_tensors(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the tensors the optimizer updates: every parameter tensor of the model, or the LoRA adapters' two
+    per adapted linear layer (plus a seq-cls score head)."""
+    if workload.method in ("lora", "qlora"):
+        return 2 * adapted_linears(spec) + (1 if workload.task == "seq-cls" else 0)
+    return sum(count for _, count in spec.tensor_sizes)
+
+
+def grad_tensor_passes(spec: ModelSpec, strategy: Strategy, workload: Workload) -> float:
+    """Returns the gradient tensors one rank handles one at a time per optimizer step (Calibration.seconds_per_grad_tensor):
+    stage 0 checks every trainable tensor; stages 1 and 2 the rank's partition, about 1/world of them (DeepSpeed
+    partitions the flattened gradients); stage 3 moves every gradient into its partition in each micro-step's
+    backward, on every rank. 0 with the optimizer offloaded (the check runs on the host as the gradients are copied
+    there, and the offload terms are fitted on those runs)."""
+    if strategy.offload_optimizer != "none":
+        return 0.0
+    tensors = trainable_tensors(spec, workload)
+    if strategy.stage == 3:
+        return float(tensors * workload.gradient_accumulation_steps)
+    return tensors / workload.world_size if strategy.stage >= 1 else float(tensors)
+
+
+def grad_tensor_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload,
+                        calibration: Calibration | None = None) -> float:
+    """Returns the host seconds per optimizer step of DeepSpeed's per-gradient-tensor work (grad_tensor_passes x
+    Calibration.seconds_per_grad_tensor), which the GPU waits through."""
+    cal = calibration or load_calibration()
+    return grad_tensor_passes(spec, strategy, workload) * cal.seconds_per_grad_tensor
+
+
 def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
                        calibration: Calibration | None = None, buffers: ZeroBuffers | None = None) -> StepTime:
     """Returns the estimated StepTime of one optimizer step of `workload` under `strategy` on `gpu`s.
@@ -1201,7 +1245,7 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     launches_s = host_seconds(spec, strategy, workload, cal, buffers)
     # the hooks run on the host's thread with the layers' launches: their sum against the GPU's work
     stage3_s = accum * max(0.0, launches_s + fetches_s - max(gpu_s, launches_s))
-    host_bound_s = accum * max(0.0, launches_s - gpu_s)
+    host_bound_s = accum * max(0.0, launches_s - gpu_s) + grad_tensor_seconds(spec, strategy, workload, cal)
     optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
     communication_s = communication_seconds(spec, strategy, gpu, workload, cal)
     offload_s = offload_seconds(spec, strategy, gpu, workload, cal)
