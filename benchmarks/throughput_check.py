@@ -502,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         error_table(shared, "the same, host shared with another harness (indicative, not in the figures above)")
     computed = validate([c for c in measured_cases(args.min_tokens, gpus=None) if not c.host_shared])
     repeat_spread()
-    plan_quality(cases)
+    # with the one-GPU sweeps timed as zero-run's loop runs (one wait per step; not fitted), as several_gpus does
+    one_sync = [c for c in measured_cases(args.min_tokens, one_sync=True, host_shared=True) if c.setting is not None]
+    plan_quality(cases + one_sync)
     several_gpus(args.min_tokens)
     user_configs()
     loop_waits()

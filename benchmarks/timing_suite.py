@@ -338,6 +338,11 @@ SUITES = {
                       "profiles": IDLE_PROFILES},
     "i26-idle-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
                         "profiles": IDLE_PROFILES},
+    # the first setting whose pick the per-gradient-tensor term changed (2026-11-28): Qwen2.5-1.5B at 2,048 on one
+    # H100 (or an H200 capped at its memory), ZeRO-0 at 15 with checkpointing where the model picked 6 without;
+    # every candidate without offload, one wait per step
+    "i26-qwen1.5b-h100": {"gpu": "H100", "settings": [("qwen2.5-1.5b", 2048)], "ladders": [], "steps": 7,
+                          "strategies": NO_OFFLOAD, "phase_sync": False},
     # the same for ZeRO-3 and ZeRO-2 (a per-tensor cost in stages 0-2's step, fitted alone, made ZeRO-3 the pick
     # where it is slower: where do ZeRO-3's steps idle?)
     "i26-idle3-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
