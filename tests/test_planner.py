@@ -426,9 +426,12 @@ def test_real_plan_micro_batch_is_the_largest_fitting(real_memory):
 
 
 def test_a_speed_tie_goes_to_the_simpler_candidate():
-    """QLoRA Llama-3-8B on two T4s: stages 0, 1, 2 and 2-offload are within 0.5% by the step-time model (whose
-    median error is 7%); the simplest runs, not whichever is 0.1% ahead (that was ZeRO-2 offload at 14.0 GiB)."""
-    result = plan(LLAMA3_8B, parse_gpus("2xT4", 29 * GIB), seq_len=2048, method="qlora", grad_ckpt=True)
+    """QLoRA Mistral-7B on two T4s: the fastest candidates are within 0.5% by the step-time model (whose median error
+    is 7%); the simplest runs, ZeRO-0, not whichever is 0.4% ahead. (Llama-3-8B was the example until DeepSpeed's
+    per-gradient-tensor host time was counted: ZeRO-0 checks all 448 adapter tensors on each rank, ZeRO-1 and 2 half,
+    which puts ZeRO-0 2% behind there.)"""
+    result = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("2xT4", 29 * GIB), seq_len=2048,
+                  method="qlora", grad_ckpt=True)  # fmt: skip
     fitting = [o for o in result.options if o.fits]
     fastest = max(o.tokens_per_second for o in fitting)
     assert result.chosen.tokens_per_second >= fastest * (1 - SPEED_TIE)
