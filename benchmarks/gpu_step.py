@@ -246,7 +246,7 @@ def profile_steps(engine, case: dict, generator, steps: int) -> dict:
         from benchmarks.idle_profile import profile_idle
 
         batches = iter(lambda: random_batch(case, generator, engine.device), None)
-        result["idle"] = [profile_idle(engine, case, batches, steps, with_stack) for with_stack in (False, True)]
+        result["idle"] = [profile_idle(engine, batches, steps, with_stack) for with_stack in (False, True)]
     return result
 
 

@@ -125,7 +125,7 @@ def idle_breakdown(trace: dict, steps: int, min_gap_us: float = 0.0) -> dict:
     }
 
 
-def profile_idle(engine, case: dict, batches, steps: int, with_stack: bool) -> dict:
+def profile_idle(engine, batches, steps: int, with_stack: bool) -> dict:
     """Profiles `steps` steps of `engine` (CPU ops and CUDA kernels; Python stacks if `with_stack`), each phase in a
     record_function mark, one wait per step as zero-run's loop, and returns idle_breakdown of them with the wall
     seconds per step. `batches` yields micro-batches."""
@@ -160,7 +160,7 @@ def profile_idle(engine, case: dict, batches, steps: int, with_stack: bool) -> d
 
 
 def report(paths: list[str]) -> None:
-    """Prints each committed case's idle breakdown (rank 0's, and rank 1's idle total)."""
+    """Prints each committed case's idle breakdown on rank 0."""
     for path in paths:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)

@@ -330,9 +330,8 @@ SUITES = {
                              "attn_pairs": [("gemma2-2b", 2048, "0", False, 1), ("gemma2-2b", 2048, "0", True, 4),
                                             ("llama3.2-1b", 2048, "0", False, 3), ("llama3.2-1b", 2048, "0", True, 8)]},
     # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
-    # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 147 tensors: idled half
+    # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 146 tensors: idled half
     # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each
-    # profiled over two steps without and with Python stacks
     # profiled over two steps without and with Python stacks; on one GPU and on two
     "i26-idle-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                       "profiles": IDLE_PROFILES},
