@@ -61,6 +61,113 @@ def probe_config(layers: int) -> dict:
     }  # fmt: skip
 
 
+def layout_config(name: str, layers: int) -> dict:
+    """Returns benchmarks/model_configs/`name`.json with its layout kept (type, norms, biases, soft-caps, query and
+    key norms, the ratio of query to key-value heads, experts) and every width tiny (head size 8, vocabulary 256):
+    a model whose kernels take microseconds, so that forward + backward is the host's time."""
+    from benchmarks.cases import model_config
+
+    config = dict(model_config(name))
+    heads = config.get("num_attention_heads") or config["n_head"]
+    group = heads // (config.get("num_key_value_heads") or heads)
+    heads = max(4, group) // group * group
+    width = 8 * heads
+    tiny = {"vocab_size": 256, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+    if "n_embd" in config:
+        tiny.update(n_embd=width, n_head=heads, n_positions=128, n_layer=layers)
+    else:
+        tiny.update(hidden_size=width, num_attention_heads=heads, num_key_value_heads=heads // group, head_dim=8,
+                    intermediate_size=2 * width, max_position_embeddings=128, num_hidden_layers=layers)
+        for key in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+            if key in config:
+                tiny[key] = 16
+        if "query_pre_attn_scalar" in config:
+            tiny["query_pre_attn_scalar"] = 8
+        if config.get("sliding_window"):
+            tiny["sliding_window"] = min(config["sliding_window"], SEQ // 2)
+        config.pop("rope_scaling", None)
+    return dict(config, **tiny)
+
+
+class _KernelCount:
+    """Counts the aten ops that launch work (views and allocations apart) while active: the host's launches."""
+
+    SKIP = ("detach.default", "empty.memory_format", "empty_strided.default", "_local_scalar_dense.default",
+            "lift_fresh.default", "_unsafe_view.default", "alias.default")  # fmt: skip
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Mode(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.count = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                view = any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns)
+                if not view and func.__name__ not in cls.SKIP:
+                    self.count += 1
+                return out
+
+        return Mode()
+
+
+def time_layout(name: str, attn: str, layers: int) -> dict:
+    """Returns the median forward + backward seconds of ZeRO-1 on `name`'s tiny layout at `layers` (attention
+    `attn`), and the ops its forward and backward launch (counted once, after the timing)."""
+    import deepspeed
+    import torch
+    from deepspeed.accelerator import get_accelerator
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    sync = get_accelerator().synchronize
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**layout_config(name, layers)), attn_implementation=attn)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(1))
+    ids = torch.randint(0, 256, (1, SEQ), device=engine.device)
+    times = []
+    for _ in range(WARMUP + STEPS):
+        sync()
+        start = time.perf_counter()
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        sync()
+        times.append(time.perf_counter() - start)
+        engine.step()
+    forward, backward = _KernelCount(), _KernelCount()
+    with forward:
+        loss = engine(input_ids=ids, labels=ids).loss
+    with backward:
+        engine.backward(loss)
+    engine.step()
+    if hasattr(engine, "destroy"):
+        engine.destroy()
+    return {"seconds": statistics.median(times[WARMUP:]), "forward_ops": forward.count, "backward_ops": backward.count}
+
+
+def measure_layouts(layouts: list[str], require_gpu: bool = True) -> list[dict]:
+    """Returns, per `name:attn` layout, the host's seconds and launched ops per decoder layer (the slope between
+    SHALLOW and DEEP layers of ZeRO-1's forward + backward), printing each as one JSON line. Without
+    require_gpu also on DeepSpeed's CPU accelerator (the code path; its seconds are not a GPU host's)."""
+    import datetime as dt
+
+    import torch
+
+    _require_gpu(require_gpu)
+    _init_single_process()
+    rows = []
+    for layout in layouts:
+        name, _, attn = layout.partition(":")
+        shallow, deep = (time_layout(name, attn or "sdpa", n) for n in (SHALLOW, DEEP))
+        per = {k: (deep[k] - shallow[k]) / (DEEP - SHALLOW) for k in deep}
+        rows.append({"layout": name, "attn": attn or "sdpa", "host_seconds_per_layer": per["seconds"],
+                     "forward_ops_per_layer": per["forward_ops"], "backward_ops_per_layer": per["backward_ops"],
+                     "shallow": shallow, "deep": deep, "gpu": _device_name(),
+                     "torch": torch.__version__, "date": dt.date.today().isoformat()})  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def ds_config(stage: int) -> dict:
     """Returns the DeepSpeed JSON of one probe engine: bf16, our stage's switches, buckets of hidden^2 elements."""
     h2 = PROBE_HIDDEN * PROBE_HIDDEN
@@ -100,14 +207,41 @@ def time_engine(stage: int, layers: int) -> float:
     return statistics.median(times[WARMUP:])
 
 
+def _device_name() -> str:
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else get_accelerator().device_name()
+
+
+def _require_gpu(require: bool) -> None:
+    from deepspeed.accelerator import get_accelerator
+
+    name = get_accelerator().device_name()
+    if require and name != "cuda":
+        raise RuntimeError(f"no CUDA GPU (DeepSpeed's accelerator is {name!r}): the host times are measured against "
+                           "a GPU")  # fmt: skip
+
+
+def _init_single_process() -> None:
+    """Starts a one-rank process group on DeepSpeed's accelerator (device 0)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    accelerator.set_device(0)
+    if not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name(), verbose=False)
+
+
 def measure_here(require_gpu: bool = True) -> HostTimes:
     """Returns this machine's host times (GPU 0; imports torch, transformers and deepspeed). Without
     require_gpu it also runs on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu: the code path, not a host time
     the model can use: there the "GPU" work is the host's too)."""
     import datetime as dt
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
     import deepspeed
     import torch
     from deepspeed.accelerator import get_accelerator
@@ -116,12 +250,8 @@ def measure_here(require_gpu: bool = True) -> HostTimes:
     from zero_planner.plan.memory import Workload
     from zero_planner.plan.throughput import stage2_reductions, stage3_fetches
 
-    accelerator = get_accelerator()
-    if require_gpu and accelerator.device_name() != "cuda":
-        raise RuntimeError(f"no CUDA GPU (DeepSpeed's accelerator is {accelerator.device_name()!r}): the host times "
-                           "are measured against a GPU")  # fmt: skip
-    accelerator.set_device(0)
-    deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name(), verbose=False)
+    _require_gpu(require_gpu)
+    _init_single_process()
     runs = {f"{stage}:{layers}": time_engine(stage, layers) for stage, layers in ((1, SHALLOW), (1, DEEP), (2, DEEP), (3, DEEP))}
     spec = spec_from_config(probe_config(DEEP), "host-probe")
     work = Workload(micro_batch_size=1, seq_len=SEQ, gradient_checkpointing=False, precision="bf16")
@@ -130,7 +260,7 @@ def measure_here(require_gpu: bool = True) -> HostTimes:
     per_fetch = (runs[f"3:{DEEP}"] - runs[f"1:{DEEP}"]) / stage3_fetches(spec, work, persistence_threshold=10 * PROBE_HIDDEN)
     return HostTimes(
         host_seconds_per_layer=per_layer, stage2_seconds_per_reduction=per_bucket, stage3_seconds_per_fetch=per_fetch,
-        micro_step_s=runs, gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else accelerator.device_name(),
+        micro_step_s=runs, gpu=_device_name(),
         torch=torch.__version__, deepspeed=deepspeed.__version__, date=dt.date.today().isoformat(),
     )  # fmt: skip
 
@@ -139,7 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the measurement as one JSON line")
     parser.add_argument("--any-device", action="store_true", help="run on DeepSpeed's CPU accelerator too (a test)")
+    parser.add_argument("--layouts", nargs="+", metavar="MODEL[:ATTN]",
+                        help="instead: per layer host seconds and launched ops of these benchmarks/model_configs "
+                             "layouts, tiny (ZeRO-1, SDPA unless :eager)")
     args = parser.parse_args(argv)
+    if args.layouts:
+        measure_layouts(args.layouts, require_gpu=not args.any_device)
+        return 0
     times = measure_here(require_gpu=not args.any_device)
     if args.json:
         print(json.dumps(asdict(times)))
