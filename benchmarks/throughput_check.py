@@ -421,10 +421,14 @@ class EagerPair:
 
 
 def eager_pairs(quiet: bool = False) -> list[EagerPair]:
-    """Returns (and prints unless quiet) the committed shapes timed under both attentions, each alone on its host
-    with one wait per step: the eager sweeps beside the SDPA one-wait sweeps and sync pairs of the same case on the
-    same GPU model (the median of the SDPA runs where several). Their difference per score byte is what
-    Calibration.eager_scores_memory_fraction holds."""
+    """Returns (and prints unless quiet) the committed shapes timed under both attentions in one call on one
+    machine (the same results file), each alone on its host with one wait per step (the median of the SDPA runs
+    where several). Their difference per score byte is what Calibration.eager_scores_memory_fraction holds.
+
+    Pairs across calls are left out: a lent machine's host sets part of a small step, and machines of one kind
+    differ by up to 20% (docs/speed.md). Gemma 2 at 2 x 2,048 without checkpointing took 76-81 ms more under eager
+    on two and four H200s against SDPA runs of other machines (2026-11-27/28), 40 ms more where one machine ran
+    both (h200x2-i26-eager-pairs-2026-11-28.jsonl)."""
     def shape(c: MeasuredCase) -> str:
         return c.name.split("|xs")[0]  # the case id less its allocator and run suffixes
 
@@ -432,10 +436,10 @@ def eager_pairs(quiet: bool = False) -> list[EagerPair]:
     sdpa: dict[tuple, list[MeasuredCase]] = defaultdict(list)
     for c in runs:
         if c.workload.attn_implementation == "sdpa":
-            sdpa[shape(c), c.gpu.name].append(c)
+            sdpa[shape(c), c.gpu.name, c.row["file"]].append(c)
     pairs = []
     for c in runs:
-        twins = sdpa.get((shape(c), c.gpu.name))
+        twins = sdpa.get((shape(c), c.gpu.name, c.row["file"]))
         if c.workload.attn_implementation != "eager" or not twins:
             continue
         pairs.append(EagerPair(name=shape(c), eager_s=c.seconds,

@@ -329,6 +329,20 @@ SUITES = {
     "i26-eager-pairs-h100": {"gpu": "H100", "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
                              "attn_pairs": [("gemma2-2b", 2048, "0", False, 1), ("gemma2-2b", 2048, "0", True, 4),
                                             ("llama3.2-1b", 2048, "0", False, 3), ("llama3.2-1b", 2048, "0", True, 8)]},
+    # does eager attention's cost beyond its score bytes stay fixed as the scores shrink? (the pairs of 2 x 2,048
+    # without checkpointing took 23-27 ms more than the bytes at the pairs' median share; those of 4 or more did
+    # not): Gemma 2 at 1, 2 and 3 sequences and Llama 3.2 1B (32 heads of 64, no soft-cap) at 1 and 2, each under
+    # eager and under SDPA, ZeRO-0 on one H200, one wait per step
+    "i26-eager-small-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 7, "phase_sync": False,
+                             "attn_pairs": [("gemma2-2b", 2048, "0", False, 1), ("gemma2-2b", 2048, "0", False, 2),
+                                            ("gemma2-2b", 2048, "0", False, 3), ("llama3.2-1b", 2048, "0", False, 1),
+                                            ("llama3.2-1b", 2048, "0", False, 2)]},
+    # the same on two H200s, both attentions on one machine: the pairs at 2 x 2,048 on two and four GPUs paired an
+    # eager sweep with SDPA runs of another day's machine (76-81 ms apart), where one H200 running both took 33 ms
+    "i26-eager-pairs-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 7,
+                               "phase_sync": False,
+                               "attn_pairs": [("gemma2-2b", 2048, "1", False, 2), ("gemma2-2b", 2048, "1", False, 5),
+                                              ("gemma2-2b", 2048, "1", True, 7)]},
     # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
     # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 146 tensors: idled half
     # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each

@@ -470,7 +470,7 @@ def test_eager_attention_moves_its_scores_through_memory():
     assert throughput.eager_attention_bytes(spec, replace(eager, precision="fp32")) == 2 * scores * (36 + 42)
     # the committed measurement: zero-run with the plan's eager attention against the harness's SDPA, timed the same
     # way (one wait per step), two H200s; the difference is these bytes at the measured score rate
-    # (eager_scores_memory_fraction, 0.53 of 4.8 TB/s; the H200's memory-bound kernels: 0.55), within 5%
+    # (eager_scores_memory_fraction, 0.54 of 4.8 TB/s; the H200's memory-bound kernels: 0.55), within 5%
     root = ROOT / "benchmarks"
     sweep = {json.loads(line)["id"]: json.loads(line)
              for line in (root / "results" / "h200x2-i26-gemma2-one-sync-2026-11-27.jsonl").read_text().splitlines()}
@@ -504,17 +504,20 @@ def test_eager_scores_run_at_their_measured_rate_not_the_fitted_one():
     assert throughput.eager_attention_seconds(spec, gpu, eager, unmeasured) == pytest.approx(
         scores / throughput.memory_bytes_per_s(gpu, unmeasured))
     assert throughput.eager_attention_seconds(spec, gpu, sdpa) == 0.0
-    # the committed constant is the median of the committed pairs (same shape under eager and SDPA, one wait each)
+    # the committed constant is the median of the committed pairs (same shape under eager and SDPA in one call on
+    # one machine, one wait each)
     from benchmarks.throughput_check import eager_pairs
 
     pairs = eager_pairs(quiet=True)
-    assert len(pairs) >= 14 and {p.bandwidth for p in pairs} == {find_gpu("H100").memory_bandwidth_bytes_per_s,
+    assert len(pairs) >= 12 and {p.bandwidth for p in pairs} == {find_gpu("H100").memory_bandwidth_bytes_per_s,
                                                                  gpu.memory_bandwidth_bytes_per_s}  # fmt: skip
     assert statistics.median(p.fraction for p in pairs) == pytest.approx(cal.eager_scores_memory_fraction, abs=0.005)
-    assert all(0.3 < p.fraction < 0.7 for p in pairs)
-    # a second family, no soft-cap (Llama 3.2 1B, 32 heads of 64, one H100): the byte count and the rate hold there
+    # where the difference is large next to a step's own spread (above 150 ms), every pair is within 0.45-0.65
+    assert all(0.45 < p.fraction < 0.65 for p in pairs if p.eager_s - p.sdpa_s > 0.15)
+    # a second family, no soft-cap (Llama 3.2 1B, 32 heads of 64, on one H100 and one H200): the byte count and
+    # the rate hold there within 10%, from 1 sequence of 2,048 to 8 checkpointed (its own shares 0.50-0.53)
     llama = [p for p in pairs if p.name.startswith("llama3.2-1b|")]
-    assert len(llama) == 2 and all(p.predicted_s == pytest.approx(p.eager_s - p.sdpa_s, rel=0.05) for p in llama)
+    assert len(llama) == 4 and all(p.predicted_s == pytest.approx(p.eager_s - p.sdpa_s, rel=0.10) for p in llama)
 
 
 def _moe(experts: int, top_k: int, intermediate: int) -> ModelSpec:

@@ -155,12 +155,15 @@ class Calibration:
     bytes (eager_attention_bytes), as a fraction of the catalog device-memory bandwidth. Those bytes are work the
     fitted runs (SDPA) never had, added to a step whose fixed costs memory_fraction has absorbed (the fitted
     rates, 0.51 H100 and 0.435 H200, sit below the memory-bound kernels' own, 0.65 and 0.55), so they run at the
-    kernels' rate: steps under eager attention against the same shapes under SDPA, each timed with one wait per
-    step (2026-11-27/28), the difference per byte: Gemma 2 2B on one H100 and on two and four H200s, Llama 3.2 1B
-    on one H100 (32 heads of 64, no soft-cap), fourteen pairs, median 0.53 (0.35-0.39 at 1-2 sequences of 2,048,
-    0.50-0.62 at 3 to 16; Llama's two 0.53). The same share on both GPUs, where their memory-bound kernels differ
-    (0.65, 0.55). Lent to other GPUs as the other fractions are. 0 where not measured: the GPU's fitted memory
-    rate."""
+    kernels' rate: steps under eager attention against the same shapes under SDPA, both in one call on one
+    machine, each timed with one wait per step (2026-11-27/28), the difference per byte: Gemma 2 2B and Llama 3.2
+    1B (32 heads of 64, no soft-cap) on one H100 and on one H200, Gemma 2 on two H200s, twelve pairs, median 0.54
+    (0.50-0.62 where the difference is above 60 ms but one; Llama's four 0.50-0.53; at 1-2 sequences of Gemma 2,
+    differences of 34-100 ms, 0.14-0.85). Pairs across machines are left out: a lent machine's host sets part of
+    a small step (Gemma 2 at 2 x 2,048 took 76-81 ms more under eager against SDPA runs of other machines, 40 ms
+    where one ran both; the median of those fourteen pairs was 0.53). The same share on both GPUs, where their
+    memory-bound kernels differ (0.65, 0.55). Lent to other GPUs as the other fractions are. 0 where not measured:
+    the GPU's fitted memory rate."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
@@ -1103,7 +1106,7 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     ms more per step than the harness's SDPA, both waiting once per step, at ZeRO-1 5 x 2,048 (0.676 against 0.544
     s; benchmarks/zero_run/gemma2-2b-eager-*, h200x2-i26-gemma2-one-sync-2026-11-27.jsonl) and 504 ms more at ZeRO-0
     13 x 2,048 with checkpointing (2.062 against 1.558 s); these bytes at Calibration.eager_scores_memory_fraction
-    (0.53 of 4.8 TB/s) come to 134 and 508 ms (eager_attention_seconds)."""
+    (0.54 of 4.8 TB/s) come to 131 and 499 ms (eager_attention_seconds)."""
     if workload.attn_implementation != "eager" or not spec.num_layers:
         return 0.0
     forward = _EAGER_SCORE_FORWARD_BYTES
