@@ -116,24 +116,8 @@ class _KernelCount:
 def time_layout(name: str, attn: str, layers: int) -> dict:
     """Returns the median forward + backward seconds of ZeRO-1 on `name`'s tiny layout at `layers` (attention
     `attn`), and the ops its forward and backward launch (counted once, after the timing)."""
-    import deepspeed
-    import torch
-    from deepspeed.accelerator import get_accelerator
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    sync = get_accelerator().synchronize
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**layout_config(name, layers)), attn_implementation=attn)
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(1))
-    ids = torch.randint(0, 256, (1, SEQ), device=engine.device)
-    times = []
-    for _ in range(WARMUP + STEPS):
-        sync()
-        start = time.perf_counter()
-        engine.backward(engine(input_ids=ids, labels=ids).loss)
-        sync()
-        times.append(time.perf_counter() - start)
-        engine.step()
+    engine, ids = _engine(layout_config(name, layers), 1, attn)
+    seconds = _median_micro_step(engine, ids)
     forward, backward = _KernelCount(), _KernelCount()
     with forward:
         loss = engine(input_ids=ids, labels=ids).loss
@@ -142,7 +126,7 @@ def time_layout(name: str, attn: str, layers: int) -> dict:
     engine.step()
     if hasattr(engine, "destroy"):
         engine.destroy()
-    return {"seconds": statistics.median(times[WARMUP:]), "forward_ops": forward.count, "backward_ops": backward.count}
+    return {"seconds": seconds, "forward_ops": forward.count, "backward_ops": backward.count}
 
 
 def measure_layouts(layouts: list[str], require_gpu: bool = True) -> list[dict]:
@@ -182,18 +166,24 @@ def ds_config(stage: int) -> dict:
             "steps_per_print": 10**9}  # fmt: skip
 
 
-def time_engine(stage: int, layers: int) -> float:
-    """Returns the median seconds of one forward + backward of a fresh probe engine (the step apart)."""
+def _engine(config: dict, stage: int, attn: str | None = None):
+    """Returns a fresh DeepSpeed engine of `config` at `stage` (ds_config) and its probe batch of token ids."""
     import deepspeed
     import torch
-    from deepspeed.accelerator import get_accelerator
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    sync = get_accelerator().synchronize
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**probe_config(layers)))
+    kwargs = {"attn_implementation": attn} if attn else {}
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), **kwargs)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(stage))
-    ids = torch.randint(0, 256, (1, SEQ), device=engine.device)
+    return engine, torch.randint(0, 256, (1, SEQ), device=engine.device)
+
+
+def _median_micro_step(engine, ids) -> float:
+    """Returns the median seconds of the engine's forward + backward over STEPS after WARMUP (the step apart)."""
+    from deepspeed.accelerator import get_accelerator
+
+    sync = get_accelerator().synchronize
     times = []
     for _ in range(WARMUP + STEPS):
         sync()
@@ -202,9 +192,16 @@ def time_engine(stage: int, layers: int) -> float:
         sync()
         times.append(time.perf_counter() - start)
         engine.step()
+    return statistics.median(times[WARMUP:])
+
+
+def time_engine(stage: int, layers: int) -> float:
+    """Returns the median seconds of one forward + backward of a fresh probe engine (the step apart)."""
+    engine, ids = _engine(probe_config(layers), stage)
+    seconds = _median_micro_step(engine, ids)
     if hasattr(engine, "destroy"):
         engine.destroy()
-    return statistics.median(times[WARMUP:])
+    return seconds
 
 
 def _device_name() -> str:
