@@ -343,6 +343,11 @@ SUITES = {
                                "phase_sync": False,
                                "attn_pairs": [("gemma2-2b", 2048, "1", False, 2), ("gemma2-2b", 2048, "1", False, 5),
                                               ("gemma2-2b", 2048, "1", True, 7)]},
+    # Qwen2.5-7B on two whole H200s as zero-run's loop runs it (one wait per step), every candidate without offload:
+    # its phase-synced sweep (2026-11-27) is one of two settings below 0.98 (ZeRO-1 at 19 with checkpointing picked,
+    # ZeRO-2 at 4 measured 2.3% faster)
+    "i26-qwen7b-2xh200-one-sync": {"gpu": "H200", "num_gpus": 2, "settings": [("qwen2.5-7b", 2048)], "ladders": [],
+                                   "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
     # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
     # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 146 tensors: idled half
     # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each
