@@ -348,6 +348,12 @@ SUITES = {
     # ZeRO-2 at 4 measured 2.3% faster)
     "i26-qwen7b-2xh200-one-sync": {"gpu": "H200", "num_gpus": 2, "settings": [("qwen2.5-7b", 2048)], "ladders": [],
                                    "steps": 8, "strategies": NO_OFFLOAD, "phase_sync": False},
+    # how much of ZeRO-2's gradient all-reduce (overlap_comm, on its own stream) runs under backward's kernels, where
+    # ZeRO-1's (no overlap_comm) runs after: Qwen2.5-7B at 4 x 2,048 on two H200s, the two candidates 0.5% apart,
+    # profiled (busy time against the sum of each kind's kernels)
+    "i26-idle-qwen7b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 5,
+                               "phase_sync": False,
+                               "profiles": [("qwen2.5-7b", 2048, "1", False, 4), ("qwen2.5-7b", 2048, "2", False, 4)]},
     # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
     # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 146 tensors: idled half
     # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each

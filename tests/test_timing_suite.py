@@ -17,9 +17,11 @@ def test_committed_suites_are_what_the_generator_writes(name):
     assert committed == suite_cases(name)
 
 
-SHORT_SUITES = {"i26-phi3-h200": "h200x1-i26-phi3-2026-11-27.jsonl"}
-"""Suites run with fewer than STEPS steps (Phi-3-mini: 6, so that its four 64-sequence candidates fit one 600-s
-device call), each with its committed results, whose medians must show they settled."""
+SHORT_SUITES = {"i26-phi3-h200": "h200x1-i26-phi3-2026-11-27.jsonl",
+                "i26-idle-qwen7b-2xh200": "h200x2-i26-idle-qwen7b-2026-11-28.jsonl"}
+"""Suites run with fewer than STEPS steps, or PROFILE_STEPS where they profile (Phi-3-mini: 6, so that its four
+64-sequence candidates fit one 600-s device call; Qwen2.5-7B's two profiles: 5), each with its committed results,
+whose medians must show they settled."""
 PROFILE_STEPS = 6
 """Steps before the profiled ones of a profiling case (idle_trace: benchmarks/idle_profile.py), whose timings are
 not fitted: it reads where the GPU idles in four more steps under torch.profiler."""
@@ -28,7 +30,7 @@ not fitted: it reads where the GPU idles in four more steps under torch.profiler
 def test_every_case_times_settled_steps_alone_on_its_gpu():
     for name in SUITES:
         for case in (json.loads(line) for line in (SUITES_DIR / f"{name}.jsonl").read_text().splitlines()):
-            least = PROFILE_STEPS if case.get("idle_trace") else 5 if name in SHORT_SUITES else STEPS
+            least = 5 if name in SHORT_SUITES else PROFILE_STEPS if case.get("idle_trace") else STEPS
             assert case["steps"] >= least and "memory_limit_bytes" not in case
             assert case["planned"]["role"] in ("pick", "ladder")
 
