@@ -89,28 +89,28 @@ def layout_config(name: str, layers: int) -> dict:
     return dict(config, **tiny)
 
 
-class _KernelCount:
-    """Counts the aten ops that launch work (views and allocations apart) while active: the host's launches."""
+_NO_LAUNCH = ("detach.default", "empty.memory_format", "empty_strided.default", "_local_scalar_dense.default",
+              "lift_fresh.default", "_unsafe_view.default", "alias.default")  # fmt: skip
+"""Aten ops that launch no work on the device (views and allocations), beside those whose schema returns a view."""
 
-    SKIP = ("detach.default", "empty.memory_format", "empty_strided.default", "_local_scalar_dense.default",
-            "lift_fresh.default", "_unsafe_view.default", "alias.default")  # fmt: skip
 
-    def __new__(cls):
-        from torch.utils._python_dispatch import TorchDispatchMode
+def _launch_counter():
+    """Returns a TorchDispatchMode that counts, while active (`with`), the aten ops that launch work: `.count`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-        class Mode(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.count = 0
+    class LaunchCounter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                view = any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns)
-                if not view and func.__name__ not in cls.SKIP:
-                    self.count += 1
-                return out
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            view = any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns)
+            if not view and func.__name__ not in _NO_LAUNCH:
+                self.count += 1
+            return out
 
-        return Mode()
+    return LaunchCounter()
 
 
 def time_layout(name: str, attn: str, layers: int) -> dict:
@@ -118,7 +118,7 @@ def time_layout(name: str, attn: str, layers: int) -> dict:
     `attn`), and the ops its forward and backward launch (counted once, after the timing)."""
     engine, ids = _engine(layout_config(name, layers), 1, attn)
     seconds = _median_micro_step(engine, ids)
-    forward, backward = _KernelCount(), _KernelCount()
+    forward, backward = _launch_counter(), _launch_counter()
     with forward:
         loss = engine(input_ids=ids, labels=ids).loss
     with backward:
@@ -241,7 +241,6 @@ def measure_here(require_gpu: bool = True) -> HostTimes:
 
     import deepspeed
     import torch
-    from deepspeed.accelerator import get_accelerator
 
     from zero_planner.models.spec import spec_from_config
     from zero_planner.plan.memory import Workload
