@@ -83,6 +83,20 @@ def main() -> None:
             "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0),
         }
 
+    def stream_pools() -> dict:
+        """Per CUDA stream, what the caching allocator holds (benchmarks/stream_pools.py): bytes reserved, bytes
+        allocated and the largest blocks (size, state). Pages one stream freed serve no other stream's request
+        until a retry unmaps them."""
+        pools: dict = {}
+        for segment in torch.cuda.memory_snapshot():
+            pool = pools.setdefault(str(segment["stream"]), {"reserved": 0, "allocated": 0, "blocks": []})
+            pool["reserved"] += segment["total_size"]
+            pool["allocated"] += segment["allocated_size"]
+            pool["blocks"] += [[block["size"], block["state"]] for block in segment["blocks"]]
+        for pool in pools.values():
+            pool["blocks"] = sorted(pool["blocks"], reverse=True)[:8]
+        return pools
+
     def host_mark(tag: str) -> None:
         """Host memory now: RSS and its peak so far (/proc/self/status), the pinned memory PyTorch's caching
         host allocator holds (requested vs reserved, i.e. after its power-of-two rounding) and what DeepSpeed
@@ -159,6 +173,8 @@ def main() -> None:
                     if phase_sync:
                         parts[phase] = time.perf_counter() - began
                     record["phases"].append({"step": step, "phase": phase, **device_stats()})
+                    if case.get("stream_pools"):
+                        record["phases"][-1]["pools"] = stream_pools()
                 if step == 0:
                     host_mark(phase)  # which phase of a step holds a host transient
             step_times.append(time.perf_counter() - start)

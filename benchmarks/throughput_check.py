@@ -120,13 +120,15 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int 
                    one_sync: bool = False) -> list[MeasuredCase]:
     """Returns the committed cases of `gpus` GPUs (None: any number) that ran alone, with step times, at >=
     min_tokens per micro-step, less diagnostic variants of our DeepSpeed JSON (timing_suite.py's `variant`: a
-    setting the planner never writes and the model does not see); with host_shared, also those whose host ran
+    setting the planner never writes and the model does not see) and the memory diagnostics of stream_pools.py (a
+    snapshot of every allocator segment at each phase's end, inside the timed steps); with host_shared, also those whose host ran
     another harness's cases meanwhile (MeasuredCase.host_shared); with one_sync, only the runs timed as zero-run's
     loop runs (gpu_step.py phase_sync False: one wait per step), which the fit does not see."""
     specs: dict = {}
     cases = []
     rows = [row for row in load_cases() if row["status"] == "ok" and not row.get("gpu_shared")
             and row["case"].get("kind") != "zero-run" and not row["case"].get("variant")
+            and not row["case"].get("stream_pools")
             and row["case"].get("phase_sync", True) != one_sync
             and (gpus is None or row["case"]["num_gpus"] == gpus)]  # fmt: skip
     for row in most_steps(rows):
@@ -353,7 +355,7 @@ def user_configs() -> list[tuple[str, float, float, float]]:
     from zero_planner.plan.memory import ZeroBuffers
 
     rows = [row for row in load_cases() if row["status"] == "ok" and row["case"].get("variant")
-            and not row.get("gpu_shared") and not shared_host(row)]  # fmt: skip
+            and not row.get("gpu_shared") and not shared_host(row) and not row["case"].get("stream_pools")]  # fmt: skip
     if not rows:
         return []
     print("\nanother DeepSpeed JSON than ours (not fitted): step seconds measured, predicted with the run's own JSON "

@@ -325,16 +325,50 @@ def test_workspace_by_gpu_generation():
 
 def test_expandable_segments_total_is_the_peak_plus_context():
     """zero-run launches with expandable segments: the cache is returned on demand, so what must fit is the
-    peak allocation plus context (and NCCL on several GPUs); the default allocator's fragmented figure is kept."""
-    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
+    peak allocation plus context (and NCCL on several GPUs); the default allocator's fragmented figure is kept.
+    ZeRO-2 adds its reduction stream's pool, which the compute stream's requests cannot take without a retry."""
+    from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, reduction_stream_bytes
     from zero_planner.plan.nccl import nccl_buffer_bytes
 
-    one = estimate_memory(llama(), STRATEGIES["2"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
+    one = estimate_memory(llama(), STRATEGIES["1"], workload(1, micro_batch_size=2, seq_len=2048), gpu_name="H100")
     assert one.total_bytes == one.floor_bytes == one.peak_allocated_bytes + CUDA_CONTEXT_BYTES
     assert one.overhead_bytes == CUDA_CONTEXT_BYTES
     assert one.fragmented_total_bytes > one.total_bytes
-    two = estimate_memory(llama(), STRATEGIES["2"], workload(2, micro_batch_size=2, seq_len=2048), gpu_name="H100")
+    two = estimate_memory(llama(), STRATEGIES["1"], workload(2, micro_batch_size=2, seq_len=2048), gpu_name="H100")
     assert two.total_bytes == two.peak_allocated_bytes + CUDA_CONTEXT_BYTES + nccl_buffer_bytes(2, 2)
+    for n in (1, 2):
+        w = workload(n, micro_batch_size=2, seq_len=2048)
+        zero2 = estimate_memory(llama(), STRATEGIES["2"], w, gpu_name="H100")
+        pool = reduction_stream_bytes(STRATEGIES["2"], ZeroBuffers.for_model(llama().hidden_size), w,
+                                      trainable_params(llama(), w))  # fmt: skip
+        assert pool > 0 and zero2.floor_bytes == zero2.peak_allocated_bytes + CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, n)
+        assert zero2.total_bytes == zero2.floor_bytes + pool
+        assert any("reduction stream" in note for note in zero2.notes)
+
+
+def test_the_reduction_stream_pool_is_the_gradient_partition_where_overlap_comm_builds_it():
+    from zero_planner.plan.memory import reduction_stream_bytes
+
+    spec = llama()
+    ours = ZeroBuffers.for_model(spec.hidden_size)
+    for n in (1, 2, 4):
+        w = workload(n, micro_batch_size=2, seq_len=2048)
+        P = trainable_params(spec, w)
+        assert reduction_stream_bytes(STRATEGIES["2"], ours, w, P) == 2 * -(-P // n)
+        # our ZeRO-1 writes overlap_comm off; offload copies gradients to the host; ZeRO-0 and 3 have no such stream
+        for name in ("0", "1", "2-offload", "3", "3-offload"):
+            assert reduction_stream_bytes(STRATEGIES[name], ours, w, P) == 0, name
+        fp32 = workload(n, micro_batch_size=2, seq_len=2048, precision="fp32")
+        assert reduction_stream_bytes(STRATEGIES["2"], ours, fp32, P) == 4 * -(-P // n)
+    w = workload(2, micro_batch_size=2, seq_len=2048)
+    P = trainable_params(spec, w)
+    # a user's JSON: DeepSpeed's stage-2 default is overlap_comm off; stage 1 with both switches takes the same path
+    silent = ZeroBuffers.from_ds_config({"zero_optimization": {"stage": 2}}, spec.hidden_size)
+    assert reduction_stream_bytes(STRATEGIES["2"], silent, w, P) == 0
+    both = {"zero_optimization": {"stage": 1, "overlap_comm": True, "contiguous_gradients": True}}
+    assert reduction_stream_bytes(STRATEGIES["1"], ZeroBuffers.from_ds_config(both, spec.hidden_size), w, P) == P
+    scattered = {"zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": False}}
+    assert reduction_stream_bytes(STRATEGIES["2"], ZeroBuffers.from_ds_config(scattered, spec.hidden_size), w, P) == 0
 
 
 def test_floor_is_peak_plus_context_and_why_not_names_the_cache_band():

@@ -13,8 +13,37 @@ from benchmarks.timing_suite import RERUN_STEPS, STEPS, SUITES, SUITES_DIR, suit
 @pytest.mark.parametrize("name", ["i26-moe-small-h100", "i26-mistral7b-h200", "i26-llama1b-2xh100", "i26-qwen1.5b-2xh100",
                                   "i26-rerun-3b-h100", "i26-stage2-3b-h100"])  # the traced Qwen2-MoE takes seconds
 def test_committed_suites_are_what_the_generator_writes(name):
+    # but for the ZeRO-2 picks that counting the reduction stream's pool (2026-11-28) moved one micro-batch down:
+    # the suites ran what the planner picked then
     committed = [json.loads(line) for line in (SUITES_DIR / f"{name}.jsonl").read_text().splitlines()]
-    assert committed == suite_cases(name)
+    generated = suite_cases(name)
+    assert len(committed) == len(generated)
+    for ran, now in zip(committed, generated):
+        assert ran == now or moved_by_the_reduction_pool(ran, now), ran["id"]
+
+
+def moved_by_the_reduction_pool(ran: dict, now: dict) -> bool:
+    """True where `now` is `ran` one micro-batch smaller, a ZeRO-2 candidate whose old micro-batch fits the planner's
+    limit without the reduction stream's pool and not with it."""
+    from benchmarks.cases import model_config
+    from zero_planner.models.spec import spec_from_config
+    from zero_planner.plan.fit import gpu_limit_bytes
+    from zero_planner.plan.memory import Workload, estimate_memory, reduction_stream_bytes, trainable_params
+    from zero_planner.plan.memory import ZeroBuffers
+    from zero_planner.strategies import STRATEGIES
+
+    if ran["strategy"] != "2" or now["micro_batch_size"] != ran["micro_batch_size"] - 1:
+        return False
+    if {k for k in ran if ran[k] != now.get(k)} != {"id", "micro_batch_size", "deepspeed_config", "planned"}:
+        return False
+    spec = spec_from_config(model_config(ran["model"]), ran["model"])
+    n = ran["num_gpus"]
+    w = Workload(micro_batch_size=ran["micro_batch_size"], seq_len=ran["seq_len"], precision=ran["precision"],
+                 gradient_checkpointing=ran["gradient_checkpointing"], world_size=n, gpus_per_node=n)  # fmt: skip
+    estimate = estimate_memory(spec, STRATEGIES["2"], w, gpu_name=ran["planned"]["gpu"])
+    pool = reduction_stream_bytes(STRATEGIES["2"], ZeroBuffers.for_model(spec.hidden_size), w, trainable_params(spec, w))
+    limit = gpu_limit_bytes(ran["planned"]["gpu_capacity_bytes"])
+    return pool > 0 and estimate.fit_total_bytes - pool <= limit < estimate.fit_total_bytes
 
 
 SHORT_SUITES = {"i26-phi3-h200": "h200x1-i26-phi3-2026-11-27.jsonl",

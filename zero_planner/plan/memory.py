@@ -125,6 +125,9 @@ class ZeroBuffers:
     """Stage 3 steps the optimizer over sub-groups of at most this many elements (0: one tensor each)."""
     pin_memory: bool = True
     """Offloaded optimizer states and parameters live in pinned host memory (DeepSpeed's default)."""
+    stage2_overlap_comm: bool = True
+    """overlap_comm as a stage-2 run reads it: on in our JSON (dsconfig); a user's JSON, its value (`overlap_comm`
+    above is stage 1's, off in ours)."""
 
     @classmethod
     def for_model(cls, hidden_size: int) -> "ZeroBuffers":
@@ -168,6 +171,7 @@ class ZeroBuffers:
             contiguous_gradients=bool(settings["contiguous_gradients"]),
             sub_group_size=number("sub_group_size"),
             pin_memory=all(bool(o.get("pin_memory", True)) for o in offloads),
+            stage2_overlap_comm=bool(settings["overlap_comm"]),
         )
 
 
@@ -501,12 +505,17 @@ def estimate_memory(
                               backward_activations=bwd_act, peak=peak, ws=ws)  # fmt: skip
     if ws and n > 1:
         notes.append(nccl_note(n, workload.gpus_per_node))
-    fragmented_total = reserved + context
+    side = reduction_stream_bytes(strategy, buffers, workload, P) if ws else 0
+    if side:
+        notes.append(f"overlap_comm builds the {side / GiB:.2f} GiB gradient partition on DeepSpeed's reduction "
+                     f"stream, whose pool the compute stream cannot use: counted in total beside the peak")
+    fragmented_total = reserved + side + context
     if workload.expandable_segments or not ws:
-        # The cache is returned on demand (see ALLOC_CONF); on CPU there is no caching allocator.
-        overhead = context
+        # The cache is returned on demand (see ALLOC_CONF), but not across streams without a retry every step
+        # (reduction_stream_bytes); on CPU there is no caching allocator.
+        overhead = side + context
     else:
-        overhead = reserved - peak + context
+        overhead = reserved - peak + side + context
     total = peak + overhead
 
     host, host_phases = host_memory(spec, strategy, workload, W=W, P=P, device_peak=peak, gpu_name=gpu_name,
@@ -771,6 +780,27 @@ def train_step_moments(states: ModelStates, act: Activations, *, backward_activa
         backward=max(resident + between + backward_activations + held, backward_end_moment(states, ws=ws, held=held)),
         step=resident + ws + states.step_transient_bytes + held,
     )
+
+
+def reduction_stream_bytes(strategy: Strategy, buffers: ZeroBuffers, workload: Workload, P: int) -> int:
+    """Returns the pool PyTorch's caching allocator keeps for DeepSpeed's reduction stream: ZeRO-1/2 with
+    overlap_comm and contiguous_gradients build the 16-bit gradient partition inside `with stream(reduction_stream)`
+    (stage_1_and_2.py copy_grads_in_partition) and drop it after each step. The allocator keeps a pool per stream,
+    so those pages stay reserved for that stream; when the compute stream's next forward needs them, the allocator
+    frees its cache and retries, and the next backward's partition makes it retry again: every step.
+
+    Measured (benchmarks/stream_pools.py, H200, torch 2.11, deepspeed 0.19.8; h200x2-i26-pools*-2026-11-28): the
+    reduction stream's pool was the partition to within 0.03 GiB in all five ZeRO-2 runs (Qwen2-MoE 5.43 GiB on one
+    GPU, Llama 3.2 1B 2.30 and 1.17 on one and two, Qwen2.5-7B 7.13 on two), and the compute stream's pool beside it
+    no smaller than ZeRO-1's at the same shape but once (Qwen2.5-7B, by 3.8 GiB). Where both do not fit, the
+    allocator retried 12 times in five steps (Qwen2-MoE at 10 x 2,048 capped to an H100: 0.791 s a step against
+    ZeRO-1's 0.368 and 0.434 without overlap_comm) and 8 times (Qwen2.5-7B at 19 x 2,048 on two H200s: 5.26 s
+    against 4.26 and 4.32). Stage 1 with both switches takes the same path (read, not measured); offload copies
+    each gradient to the host instead."""
+    overlap = buffers.stage2_overlap_comm if strategy.stage == 2 else buffers.overlap_comm
+    if strategy.stage not in (1, 2) or strategy.offload_optimizer != "none" or not (overlap and buffers.contiguous_gradients):
+        return 0
+    return working_bytes(workload) * math.ceil(P / workload.world_size)
 
 
 def reserved_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, buffers: ZeroBuffers,

@@ -272,7 +272,8 @@ def print_plan_result(console, result, *, spec_name: str, method: str = "full", 
         f"seq {result.seq_len}, {result.precision}"
     )
     caption = (
-        f"Fits: GiB/GPU (peak allocated + CUDA context, expandable segments) <= {gpu_cap / GIB:.2f} (capacity less "
+        f"Fits: GiB/GPU (peak allocated + CUDA context, expandable segments; ZeRO-2 adds its reduction stream's "
+        f"pool) <= {gpu_cap / GIB:.2f} (capacity less "
         f"{SAFETY_MARGIN_FRACTION:.0%} and {SAFETY_MARGIN_BYTES // 2**20} MiB), host GiB per node <= "
         f"{host_cap / GIB:.1f}. tokens/s: whole cluster, step-time model"
         + ("; not modelled for CPU processes (n/a). " if cluster.is_cpu else ". ")
