@@ -15,6 +15,7 @@ On a lent machine of two GPUs (device tool; carry .whl):
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-2gpu.jsonl benchmarks/suites/pools-1gpu.jsonl
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-open-2gpu.jsonl benchmarks/suites/pools-open-1gpu.jsonl
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-picks-2gpu.jsonl benchmarks/suites/pools-picks-1gpu.jsonl
+    bash benchmarks/device_run.sh 400 benchmarks/suites/pools-zero3-2gpu.jsonl
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ POOL_CASES = {
                          ("qwen2-moe-a2.7b-4l", 2048, "1", True, 10, 1, "H100", None)],
     "pools-picks-2gpu": [("qwen2.5-7b", 2048, "2", True, 17, 2, None, None),
                          ("qwen2.5-7b", 2048, "1", True, 19, 2, None, None)],
+    # ZeRO-3 on two GPUs, uncapped: its fetch stream kept a pool of its own (3.8-4.8 GiB, Qwen2.5-7B at 19, retrying);
+    # how large where nothing forces a retry, against the gathered parameters the model counts
+    "pools-zero3-2gpu": [("qwen2.5-7b", 2048, "3", True, 16, 2, None, None),
+                         ("llama3.2-1b", 2048, "3", False, 8, 2, None, None),
+                         ("qwen3-1.7b", 2048, "3", False, 6, 2, None, None),
+                         ("llama3.2-3b", 2048, "3", False, 4, 2, None, None)],
 }
 
 

@@ -20,6 +20,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-llama1b-2xh100       Llama 3.2 1B, 2,048 tokens, every fitting candidate on two H100s of one host: plan
                            quality and ZeRO's collectives with several GPUs, each case alone on the machine
   i26-qwen1.5b-2xh100      Qwen2.5-1.5B, 1,024 tokens, the same on two H100s
+  i26-mistral7b-4xh100     full-depth Mistral-7B, 2,048 tokens, every candidate without offload planned for four
+                           H100s, one wait per step, five steps
   i26-rerun-3b-h100        the two committed candidates of Llama 3.2 3B at 2 x 2,048 tokens (stages 1 and 2,
                            checkpointing, default allocator; 3 timed steps each on 2026-11-23) again with 15
                            timed steps: their 4.7% gap is the worst plan-quality ratio; run with --gpus 0 on a
@@ -354,6 +356,11 @@ SUITES = {
     "i26-idle-qwen7b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [], "ladders": [], "steps": 5,
                                "phase_sync": False,
                                "profiles": [("qwen2.5-7b", 2048, "1", False, 4), ("qwen2.5-7b", 2048, "2", False, 4)]},
+    # full-depth Mistral-7B on four H100s (H100-planned, run on four H200s as the other 4 x H100 suites), every
+    # candidate without offload, one wait per step, five steps so that six 7B cases fit one device call: the model
+    # picks ZeRO-1 at 31 with checkpointing, unmeasured
+    "i26-mistral7b-4xh100": {"gpu": "H100", "num_gpus": 4, "settings": [("mistral-7b", 2048)], "ladders": [],
+                             "steps": 5, "strategies": NO_OFFLOAD, "phase_sync": False},
     # where whole ZeRO steps leave the GPU idle (idle_profile.py): Gemma 2 at 2 without checkpointing (the pick the
     # model gets wrong) and at 7 with it, at ZeRO-0 and 1, beside Llama 3.2 1B (16 layers, 146 tensors: idled half
     # Gemma 2's 49 ms) and Qwen2.5-1.5B (28 layers, 338 tensors, a narrow hidden size), one wait per step, each

@@ -20,7 +20,7 @@ ROWS = [row for row in committed_rows() if row["status"] == "ok"]
 
 
 def test_every_committed_case_ran_and_recorded_its_pools():
-    assert len(ROWS) == len(committed_rows()) == 20
+    assert len(ROWS) == len(committed_rows()) == 24
     assert all("pools" in p for row in ROWS for p in row["ranks"][0]["phases"])
 
 
@@ -58,7 +58,8 @@ def test_the_suites_are_what_the_script_writes():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "benchmarks" / "suites"
-    for name in ("pools-1gpu", "pools-2gpu", "pools-open-1gpu", "pools-open-2gpu", "pools-picks-1gpu", "pools-picks-2gpu"):
+    for name in ("pools-1gpu", "pools-2gpu", "pools-open-1gpu", "pools-open-2gpu", "pools-picks-1gpu", "pools-picks-2gpu",
+                 "pools-zero3-2gpu"):
         written = [json.loads(line) for line in (root / f"{name}.jsonl").read_text().splitlines()]
         assert [c["id"] for c in written] == [c["id"] for c in pool_cases(name)]
         assert all(c["stream_pools"] and c["steps"] == 5 for c in written)

@@ -325,13 +325,15 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     # Gemma 2 on two H200s under SDPA (2026-11-27), and under eager attention on two, on four (twice, two machines)
     # and on two capped at 79.2 GiB (2026-11-28; the capped sweeps' ZeRO-0 at 1 x 2,048 is under the 4,096 tokens
     # the figures take), Qwen2.5-7B on two H200s (2026-11-28, six candidates, its ZeRO-2 at 19 left out as predicted
-    # over its card); Qwen2.5-1.5B on one H200 capped at 79.2 GiB (2026-11-28, eight candidates). The eager/SDPA pairs
-    # timed the same way are no planner setting.
+    # over its card); Qwen2.5-1.5B on one H200 capped at 79.2 GiB (2026-11-28, eight candidates); Mistral-7B planned for
+    # four H100s, on four H200s (2026-11-28, six candidates). The eager/SDPA pairs timed the same way are no planner
+    # setting.
     several = {"h200x2-i26-gemma2-one-sync-2026-11-27.jsonl", "h200x2-i26-gemma2-eager-2026-11-28.jsonl",
                "h200x4-i26-gemma2-eager-2026-11-28.jsonl", "h200x2-i26-gemma2-eager-cap-2026-11-28.jsonl",
-               "h200x4-i26-gemma2-eager-b-2026-11-28.jsonl", "h200x2-i26-qwen7b-one-sync-2026-11-28.jsonl"}
+               "h200x4-i26-gemma2-eager-b-2026-11-28.jsonl", "h200x2-i26-qwen7b-one-sync-2026-11-28.jsonl",
+               "h200x4-i26-mistral7b-2026-11-28.jsonl"}
     assert files == several | {"h200x1-i26-qwen1.5b-cap-2026-11-28.jsonl"}
-    assert len(one_sync) == 37 + 5 + 8  # fmt: skip
+    assert len(one_sync) == 37 + 5 + 8 + 6  # fmt: skip
     assert not {c.name for c in one_sync} & {c.name for c in measured_cases(4096, gpus=None)}
     ratios = several_gpus(4096)
     out = capsys.readouterr().out.splitlines()

@@ -47,10 +47,11 @@ def moved_by_the_reduction_pool(ran: dict, now: dict) -> bool:
 
 
 SHORT_SUITES = {"i26-phi3-h200": "h200x1-i26-phi3-2026-11-27.jsonl",
-                "i26-idle-qwen7b-2xh200": "h200x2-i26-idle-qwen7b-2026-11-28.jsonl"}
+                "i26-idle-qwen7b-2xh200": "h200x2-i26-idle-qwen7b-2026-11-28.jsonl",
+                "i26-mistral7b-4xh100": "h200x4-i26-mistral7b-2026-11-28.jsonl"}
 """Suites run with fewer than STEPS steps, or PROFILE_STEPS where they profile (Phi-3-mini: 6, so that its four
-64-sequence candidates fit one 600-s device call; Qwen2.5-7B's two profiles: 5), each with its committed results,
-whose medians must show they settled."""
+64-sequence candidates fit one 600-s device call; Qwen2.5-7B's two profiles: 5; Mistral-7B's six candidates on four
+GPUs: 5), each with its committed results, whose medians must show they settled."""
 PROFILE_STEPS = 6
 """Steps before the profiled ones of a profiling case (idle_trace: benchmarks/idle_profile.py), whose timings are
 not fitted: it reads where the GPU idles in four more steps under torch.profiler."""
@@ -66,7 +67,8 @@ def test_every_case_times_settled_steps_alone_on_its_gpu():
 
 @pytest.mark.parametrize("name", sorted(SHORT_SUITES))
 def test_a_short_suite_settled_within_its_steps(name):
-    # the last two timed steps of every case within 5% of the case's median: no case was still speeding up
+    # the last two timed steps of every case within 5% of the case's median: no case was still speeding up; four timed
+    # steps at least, three under ZeRO-3 (which leaves two out as warm-up: throughput.warmup_steps)
     from benchmarks.throughput_check import timed_steps
 
     rows = [json.loads(line) for line in (SUITES_DIR.parent / "results" / SHORT_SUITES[name]).read_text().splitlines()]
@@ -75,7 +77,8 @@ def test_a_short_suite_settled_within_its_steps(name):
     for row in rows:
         times = timed_steps(row)
         median = sorted(times)[len(times) // 2]
-        assert len(times) >= 4 and all(abs(t / median - 1) < 0.05 for t in times[-2:]), (row["id"], times)
+        least = 3 if row["case"]["strategy"].startswith("3") else 4
+        assert len(times) >= least and all(abs(t / median - 1) < 0.05 for t in times[-2:]), (row["id"], times)
 
 
 def test_a_rerun_is_the_committed_case_with_more_steps():
