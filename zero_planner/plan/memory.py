@@ -505,10 +505,13 @@ def estimate_memory(
                               backward_activations=bwd_act, peak=peak, ws=ws)  # fmt: skip
     if ws and n > 1:
         notes.append(nccl_note(n, workload.gpus_per_node))
-    side = reduction_stream_bytes(strategy, buffers, workload, P) if ws else 0
-    if side:
-        notes.append(f"overlap_comm builds the {side / GiB:.2f} GiB gradient partition on DeepSpeed's reduction "
-                     f"stream, whose pool the compute stream cannot use: counted in total beside the peak")
+    # The reduction stream's pool stands beside the training steps' peak; a phase after them (eval, save, export)
+    # that needs its pages takes them with one retry, not one a step: only what it adds over the run's peak counts.
+    pool = reduction_stream_bytes(strategy, buffers, workload, P) if ws else 0
+    side = max(train_peak + pool - peak, 0)
+    if pool:
+        notes.append(f"overlap_comm builds the {pool / GiB:.2f} GiB gradient partition on DeepSpeed's reduction "
+                     f"stream, whose pool the compute stream cannot use: counted in total beside the steps' peak")
     fragmented_total = reserved + side + context
     if workload.expandable_segments or not ws:
         # The cache is returned on demand (see ALLOC_CONF), but not across streams without a retry every step
