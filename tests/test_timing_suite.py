@@ -28,8 +28,7 @@ def moved_by_the_reduction_pool(ran: dict, now: dict) -> bool:
     from benchmarks.cases import model_config
     from zero_planner.models.spec import spec_from_config
     from zero_planner.plan.fit import gpu_limit_bytes
-    from zero_planner.plan.memory import Workload, estimate_memory, reduction_stream_bytes, trainable_params
-    from zero_planner.plan.memory import ZeroBuffers
+    from zero_planner.plan.memory import Workload, ZeroBuffers, estimate_memory, reduction_stream_bytes, trainable_params
     from zero_planner.strategies import STRATEGIES
 
     if ran["strategy"] != "2" or now["micro_batch_size"] != ran["micro_batch_size"] - 1:

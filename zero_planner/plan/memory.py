@@ -793,9 +793,9 @@ def reduction_stream_bytes(strategy: Strategy, buffers: ZeroBuffers, workload: W
     frees its cache and retries, and the next backward's partition makes it retry again: every step.
 
     Measured (benchmarks/stream_pools.py, H200, torch 2.11, deepspeed 0.19.8; h200x2-i26-pools*-2026-11-28): the
-    reduction stream's pool was the partition to within 0.03 GiB in all five ZeRO-2 runs (Qwen2-MoE 5.43 GiB on one
-    GPU, Llama 3.2 1B 2.30 and 1.17 on one and two, Qwen2.5-7B 7.13 on two), and the compute stream's pool beside it
-    no smaller than ZeRO-1's at the same shape but once (Qwen2.5-7B, by 3.8 GiB). Where both do not fit, the
+    reduction stream's pool was the partition to within 0.04 GiB in all eight ZeRO-2 runs with overlap_comm
+    (Qwen2-MoE 5.43 GiB on one GPU, Llama 3.2 1B 2.30 and 1.17 on one and two, Qwen2.5-7B 7.13 on two), and the
+    compute stream's pool beside it no smaller than ZeRO-1's at the same shape but once (Qwen2.5-7B, by 3.8 GiB). Where both do not fit, the
     allocator retried 12 times in five steps (Qwen2-MoE at 10 x 2,048 capped to an H100: 0.791 s a step against
     ZeRO-1's 0.368 and 0.434 without overlap_comm) and 8 times (Qwen2.5-7B at 19 x 2,048 on two H200s: 5.26 s
     against 4.26 and 4.32). Stage 1 with both switches takes the same path (read, not measured); offload copies
