@@ -112,6 +112,13 @@ def gpu_short_name(device_name: str) -> str:
     return device_name.replace("NVIDIA ", "").split()[0]
 
 
+def run_capacity(row: dict) -> int:
+    """Returns the device bytes a run could use: its allocator cap plus the context where it emulated a smaller
+    card (the card whose capacity it was planned for), else the whole GPU it ran on."""
+    limit = row["case"].get("memory_limit_bytes")
+    return limit + CUDA_CONTEXT_BYTES if limit else row["provenance"]["gpu_memory_bytes"]
+
+
 def predict(row: dict, specs: dict) -> tuple:
     case = row["case"]
     key = json.dumps(case["model_config"], sort_keys=True)
@@ -341,7 +348,7 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
             known_lines.append(f"  {row['id']} ({row['file']}) load and initialize not compared: {superseded}")
         spec, est = predict(row, specs)
         planned = case.get("planned", {})
-        capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES if case.get("memory_limit_bytes") else row["provenance"]["gpu_memory_bytes"]
+        capacity = run_capacity(row)
         rank = row["ranks"][0] if row["ranks"] else {}
         if row["status"] != "ok":
             phase = rank.get("oom_phase") or "?"
@@ -450,9 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         if case.get("kind") == "zero-run":
             continue  # whole runs, every phase: phase_check below
         spec, est = predict(row, specs)
-        capacity = row["provenance"]["gpu_memory_bytes"]
-        if case.get("memory_limit_bytes"):  # an emulated smaller GPU: the card whose capacity the case was planned for
-            capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES
+        capacity = run_capacity(row)
         gpu = gpu_short_name(row["provenance"]["gpu"])
         # gpu_step.py runs loading, deepspeed.initialize and four steps: the phases its fit is judged by.
         est = dataclasses.replace(est, total_bytes=run_total(est, STEP_CASE_PHASES))

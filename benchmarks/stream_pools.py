@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.memory_regression import predict, run_capacity, workload_of  # noqa: E402
 from benchmarks.timing_suite import _ladder_case  # noqa: E402
 from zero_planner.plan.memory import CUDA_CONTEXT_BYTES, GiB  # noqa: E402
 
@@ -110,15 +111,8 @@ def retries_per_step(row: dict) -> float:
     return (phases[-1]["alloc_retries"] - first_end) / steps
 
 
-def capacity_bytes(row: dict) -> int:
-    """Returns the device memory the case could use: its allocator cap plus the context, else the whole GPU."""
-    limit = row["case"].get("memory_limit_bytes")
-    return limit + CUDA_CONTEXT_BYTES if limit else row["provenance"]["gpu_memory_bytes"]
-
-
 def predicted(row: dict) -> tuple[int, int]:
     """Returns (the reduction stream's pool, total) that memory.py predicts for the case as it ran."""
-    from benchmarks.memory_regression import predict, workload_of
     from zero_planner.plan.memory import ZeroBuffers, reduction_stream_bytes, trainable_params
     from zero_planner.strategies import STRATEGIES
 
@@ -137,7 +131,8 @@ def report(rows: list[dict]) -> None:
         rank = row["ranks"][0]
         phases = rank.get("phases") or []
         last = max((p["step"] for p in phases), default=-1)
-        times = sorted(rank.get("step_times_s") or [0])[len(rank.get("step_times_s") or [0]) // 2]
+        steps = sorted(rank.get("step_times_s") or [0])
+        times = steps[len(steps) // 2]
         print(f"{row['id']}: {row['status']}, {rank.get('num_alloc_retries')} retries, peak allocated "
               f"{(rank.get('peak_allocated_bytes') or 0) / GiB:.2f} GiB, reserved {(rank.get('peak_reserved_bytes') or 0) / GiB:.2f}, "
               f"median step {times:.3f} s")
@@ -145,7 +140,7 @@ def report(rows: list[dict]) -> None:
             pool, total = predicted(row)
             print(f"  side pools {side_pools_bytes(row) / GiB:.2f} GiB (reduction stream predicted {pool / GiB:.2f}); "
                   f"{retries_per_step(row):.1f} retries a step after the first; predicted total {total / GiB:.2f} of "
-                  f"{capacity_bytes(row) / GiB:.2f} GiB")
+                  f"{run_capacity(row) / GiB:.2f} GiB")
         for p in phases:
             if p["step"] != last:
                 continue

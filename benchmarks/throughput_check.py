@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.memory_regression import load_cases, predict, workload_of  # noqa: E402
+from benchmarks.memory_regression import load_cases, predict, run_capacity, workload_of  # noqa: E402
 from zero_planner.hardware import GPU, find_gpu  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
-from zero_planner.plan.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, Workload  # noqa: E402
+from zero_planner.plan.memory import ALLOC_CONF, Workload  # noqa: E402
 from zero_planner.plan.search import pick_fastest  # noqa: E402
 from zero_planner.plan.throughput import (eager_attention_bytes, eager_attention_seconds, estimate_step_time,  # noqa: E402
                                           training_flops, warmup_steps)
@@ -107,13 +107,8 @@ def over_its_card(row: dict) -> bool:
     the peak), a regime the step-time model leaves out: neither fitted nor scored, printed apart (over_the_card)."""
     key = (row["file"], row["id"])
     if key not in _OVER_ITS_CARD:
-        case = row["case"]
-        over = False
-        if case.get("alloc_conf") == ALLOC_CONF:
-            _, estimate = predict(row, _SPECS)
-            limit = case.get("memory_limit_bytes")
-            over = estimate.total_bytes > (limit + CUDA_CONTEXT_BYTES if limit else row["provenance"]["gpu_memory_bytes"])
-        _OVER_ITS_CARD[key] = over
+        _OVER_ITS_CARD[key] = row["case"].get("alloc_conf") == ALLOC_CONF and \
+            predict(row, _SPECS)[1].total_bytes > run_capacity(row)
     return _OVER_ITS_CARD[key]
 
 

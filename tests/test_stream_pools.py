@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.memory_regression import run_capacity
 from benchmarks.stream_pools import (
-    capacity_bytes,
     committed_rows,
     pool_cases,
     predicted,
@@ -38,7 +38,7 @@ def test_a_total_over_the_card_is_a_run_that_retries_every_step(row):
     # over: the allocator freed its cache and retried at least twice a step (forward, then backward); under: at most
     # once (the compute stream's own fragmentation, not modelled: ZeRO-2 without overlap_comm at 10 x 2,048 capped)
     _, total = predicted(row)
-    if total > capacity_bytes(row):
+    if total > run_capacity(row):
         assert retries_per_step(row) >= 2
     else:
         assert retries_per_step(row) <= 1
