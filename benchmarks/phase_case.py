@@ -60,7 +60,9 @@ def read_run(output_dir: Path, rc: int) -> dict:
         run.update(phases=rank_phases(report["ranks"]), step_peak_allocated_bytes=busiest.get("step_peak_allocated_bytes"),
                    peak_allocated_bytes=busiest.get("peak_allocated_bytes"), host_rss_bytes=busiest.get("host_rss_bytes"),
                    step_times_s=report.get("step_times_s"), losses=report.get("losses"),
-                   tokens_per_second=report.get("tokens_per_second"), versions=report.get("versions"))  # fmt: skip
+                   tokens_per_second=report.get("tokens_per_second"), versions=report.get("versions"),
+                   # each rank's allocator retries per step ([step, retries]): a whole run at the memory edge
+                   alloc_retry_steps=[r.get("alloc_retry_steps") or [] for r in report["ranks"]])  # fmt: skip
     return run
 
 

@@ -3,7 +3,9 @@ zero-run of several ranks is compared on."""
 
 from __future__ import annotations
 
-from benchmarks.phase_case import rank_phases
+import json
+
+from benchmarks.phase_case import rank_phases, read_run
 from benchmarks.phases import parse_setting, setting_cases
 
 GIB = 2**30
@@ -25,6 +27,17 @@ def test_each_phase_takes_its_busiest_rank_and_the_node_sums_its_ranks_host():
     assert "error_pct" not in phases["export"]
     one = rank_phases(ranks[:1])
     assert one["train"] == {"peak_allocated_bytes": 10 * GIB, "host_rss_peak_bytes": 3 * GIB}
+
+
+def test_a_finished_run_keeps_each_ranks_allocator_retries(tmp_path):
+    # zero-run's run_report.json as report.build_report writes it, for two ranks, one of which retried in step 2
+    ranks = [{"rank": 0, "peak_allocated_bytes": 10 * GIB, "phases": {}, "alloc_retry_steps": [[2, 3]]},
+             {"rank": 1, "peak_allocated_bytes": 9 * GIB, "phases": {}, "alloc_retry_steps": []}]  # fmt: skip
+    (tmp_path / "run_report.json").write_text(json.dumps({"ranks": ranks, "step_times_s": [1.0, 0.5]}))
+    run = read_run(tmp_path, 0)
+    assert run["status"] == "ok"
+    assert run["alloc_retry_steps"] == [[[2, 3]], []]
+    assert run["step_times_s"] == [1.0, 0.5]
 
 
 def test_a_setting_of_several_gpus_plans_and_names_them(tmp_path):
