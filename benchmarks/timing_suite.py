@@ -380,6 +380,13 @@ SUITES = {
                        "profiles": [("gemma2-2b", 2048, "3", False, 2), ("llama3.2-1b", 2048, "3", False, 2),
                                     ("qwen2.5-1.5b", 2048, "3", False, 2), ("gemma2-2b", 2048, "3", True, 7),
                                     ("gemma2-2b", 2048, "2", False, 2)]},
+    # the ZeRO-2 picks that ZeRO-2's reduction-stream pool moved one micro-batch down (2026-11-28) beside ZeRO-1's, in
+    # one call each: Llama 3.2 1B (21 -> 20 with checkpointing) and Qwen2.5-1.5B (34 -> 33) on two H100s, Llama 3.2 3B
+    # (33 -> 32) on two H200s; stages 1 and 2 only, one wait per step
+    "i26-moved-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [("llama3.2-1b", 2048), ("qwen2.5-1.5b", 1024)],
+                         "ladders": [], "steps": 8, "strategies": ("1", "2"), "phase_sync": False},
+    "i26-moved-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("llama3.2-3b", 2048)], "ladders": [], "steps": 8,
+                         "strategies": ("1", "2"), "phase_sync": False},
 }
 
 
