@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.phase_case import rank_phases, read_run
+from benchmarks.phase_case import memory_limit, rank_phases, read_run
+from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
 from benchmarks.phases import parse_setting, setting_cases
 
 GIB = 2**30
@@ -38,6 +39,20 @@ def test_a_finished_run_keeps_each_ranks_allocator_retries(tmp_path):
     assert run["status"] == "ok"
     assert run["alloc_retry_steps"] == [[[2, 3]], []]
     assert run["step_times_s"] == [1.0, 0.5]
+
+
+def test_a_plan_for_a_smaller_card_runs_capped_to_it_even_where_the_suite_forgot_to():
+    h100, h200_smi, h100_smi = 85_017_493_504, 143_771 * 2**20, 81_559 * 2**20  # torch's and nvidia-smi's totals
+    planned = {"planned": {"gpu_capacity_bytes": h100}}
+    # the suite's own limit wins (phases.py --harness-gpu H200)
+    assert memory_limit({**planned, "memory_limit_bytes": 123}, h200_smi) == (123, "case")
+    # an H100 plan on an H200 without one (phases.py's default harness GPU is the H100): capped to the H100's card
+    limit, source = memory_limit(planned, h200_smi)
+    assert limit == h100 - CUDA_CONTEXT_BYTES and "smaller" in source
+    # on the card it was planned for, or where the GPU cannot be read: the whole GPU
+    assert memory_limit(planned, h100_smi) == (None, "whole GPU")
+    assert memory_limit(planned, None) == (None, "whole GPU")
+    assert memory_limit({}, h200_smi) == (None, "whole GPU")
 
 
 def test_a_setting_of_several_gpus_plans_and_names_them(tmp_path):
