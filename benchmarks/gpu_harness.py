@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cases import SUITES, expand_case  # noqa: E402
+from benchmarks.phases import emulated_limit  # noqa: E402
 from zero_planner.plan.host_rates import cpu_model  # noqa: E402
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -193,6 +194,18 @@ def disk_budget_bytes(reserve: int = 4 * 2**30) -> int:
     return shutil.disk_usage(tempfile.gettempdir()).free - reserve
 
 
+def cap_smaller_cards(cases: list[dict], gpu_total: int) -> None:
+    """Gives each whole zero-run case planned for a smaller card than this GPU (torch's total_memory) and written
+    without an allocator limit the limit phases.py gives it for that card (phases.emulated_limit), noted in the
+    case: a suite written for another harness GPU (phases.py --harness-gpu, H100 by default) would otherwise run
+    uncapped here, and prove nothing about fitting its card (2026-11-28: two H100 plans on H200s)."""
+    for case in cases:
+        capacity = (case.get("planned") or {}).get("gpu_capacity_bytes")
+        if case.get("kind") == "zero-run" and capacity and not case.get("memory_limit_bytes"):
+            if limit := emulated_limit(capacity, gpu_total):
+                case.update(memory_limit_bytes=limit, memory_limit_source="gpu_harness: planned card smaller than its GPU")
+
+
 def need_bytes(case: dict, budget: int) -> int:
     """Returns the device bytes a case takes from each of its GPUs: its allocator limit plus context, or the
     whole GPU (cases without a limit run alone, as the planner's GPU)."""
@@ -225,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
     else:
         cases = [expand_case(c) for c in SUITES[args.suite]()]
+    cap_smaller_cards(cases, prov["gpu_memory_bytes"])
     if args.shard:
         i, n = map(int, args.shard.split("/"))
         cases = cases[i::n]

@@ -3,7 +3,7 @@
 The case (benchmarks/phases.py writes them) holds a plan file's content. This runs, as a user would:
     zero-run PLAN --output-dir DIR --max-steps N            load, initialize, N steps, eval, save, export
     zero-run PLAN --output-dir DIR --max-steps N+1 --resume  load, initialize, resume, one step, eval, save, export
-with ZERO_RUN_MEMORY_LIMIT_BYTES set where the case emulates a smaller GPU (zero_planner/run/meter.py; memory_limit), and writes
+with ZERO_RUN_MEMORY_LIMIT_BYTES set where the case emulates a smaller GPU (zero_planner/run/meter.py), and writes
 OUT_DIR/rank0.json: the status (ok, or oom with the phase that ran out, from zero-run's oom_rank*.json), both
 runs' per-phase peaks of the busiest rank (run_report.json ranks[].phases), step times and the exit codes.
 The output folder is removed afterwards (checkpoints of several cases would not fit a lent machine's disk).
@@ -23,38 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from zero_planner.plan.memory import CUDA_CONTEXT_BYTES  # noqa: E402
-
-SMALLER_CARD = 0.97
-"""A plan's card (planned gpu_capacity_bytes, torch's total_memory) below this share of the GPU's total (nvidia-smi's,
-a little above torch's: 85.5 against 85.0 GB on an H100) is a smaller card than the one the case runs on."""
-
-
-def card_total_bytes() -> int | None:
-    """Returns the first visible GPU's total memory by nvidia-smi (no CUDA context in this process, which stays
-    beside the run), or None where it cannot tell."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", first],
-                             capture_output=True, text=True, timeout=30, check=True).stdout  # fmt: skip
-        return int(float(out.split()[0]) * 2**20)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def memory_limit(case: dict, card_total: int | None) -> tuple[int | None, str]:
-    """Returns the allocator limit the case's runs take and where it came from: the case's own
-    (memory_limit_bytes, phases.py --harness-gpu), else the planned card's capacity less the CUDA context where that
-    card is smaller than the GPU it runs on (a phases suite written for the wrong harness GPU ran uncapped:
-    2026-11-28, two H100 plans on H200s), else none (the whole GPU)."""
-    if case.get("memory_limit_bytes"):
-        return int(case["memory_limit_bytes"]), "case"
-    capacity = (case.get("planned") or {}).get("gpu_capacity_bytes")
-    if capacity and card_total and capacity < SMALLER_CARD * card_total:
-        return int(capacity) - CUDA_CONTEXT_BYTES, "planned card smaller than this GPU"
-    return None, "whole GPU"
 
 
 def zero_run(plan_path: Path, output_dir: Path, args: list[str], env: dict[str, str], log: Path,
@@ -137,14 +105,13 @@ def main() -> None:
     plan_path.write_text(json.dumps(case["plan"], indent=1))
     work = Path(case.get("work_root", "/tmp")) / f"zp-phase-{os.getpid()}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    limit, limit_source = memory_limit(case, card_total_bytes())
-    if limit:
-        env["ZERO_RUN_MEMORY_LIMIT_BYTES"] = str(limit)
+    if case.get("memory_limit_bytes"):
+        env["ZERO_RUN_MEMORY_LIMIT_BYTES"] = str(case["memory_limit_bytes"])
     if case.get("gpus"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, case["gpus"]))
     log = work.parent / f"{work.name}.log"  # read_run keeps its tail when a run fails
     steps = case.get("max_steps", 3)
-    record: dict = {"rank": 0, "status": "ok", "runs": {}, "memory_limit_bytes": limit, "memory_limit_source": limit_source}
+    record: dict = {"rank": 0, "status": "ok", "runs": {}}
     started = time.time()
     try:
         rc = zero_run(plan_path, work, ["--max-steps", str(steps), *case.get("run_args", [])], env, log,

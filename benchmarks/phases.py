@@ -39,6 +39,13 @@ CONFIGS = ROOT / "benchmarks" / "model_configs"
 HARNESS_GPU_BYTES = {"H100": 85_017_493_504, "H200": 150_754_820_096}  # torch's total_memory on the lent GPUs
 
 
+def emulated_limit(capacity: int, gpu_total: int) -> int | None:
+    """Returns the allocator limit (ZERO_RUN_MEMORY_LIMIT_BYTES) a case planned for a card of `capacity` bytes takes on
+    a GPU of `gpu_total` (both torch's total_memory): that card less the CUDA context where the card is smaller,
+    else None (the whole GPU)."""
+    return capacity - CUDA_CONTEXT_BYTES if capacity < gpu_total - 2 * GiB else None
+
+
 def zero_plan(argv: list[str]) -> tuple[int, dict | None, dict | None]:
     """Runs zero-plan in this process with --json; returns (exit status, the plan or None when nothing fits, the
     JSON printed: a plan, or every candidate with what would fit)."""
@@ -157,7 +164,7 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
     cluster = parse_gpus(gpus_of(s), 128 * GiB)
     num_gpus = cluster.world_size
     capacity = cluster.gpu.memory_bytes
-    emulated = capacity < HARNESS_GPU_BYTES[harness_gpu] - 2 * GiB
+    limit = emulated_limit(capacity, HARNESS_GPU_BYTES[harness_gpu])
     t, est = plan["training"], plan["estimate"]
     method = t["method"]
     adapters = method in ("lora", "qlora")
@@ -186,8 +193,8 @@ def _case(s: dict, plan: dict, cand: dict, micro: int, gc: bool, harness_gpu: st
     if adapters:
         lora = t.get("lora") or {}
         case.update(lora_r=lora.get("r", 16), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.05))
-    if emulated:
-        case["memory_limit_bytes"] = capacity - CUDA_CONTEXT_BYTES
+    if limit:
+        case["memory_limit_bytes"] = limit
     if s.get("ds"):
         case["user_config"] = Path(s["ds"]).name
     return case

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.phase_case import memory_limit, rank_phases, read_run
+from benchmarks.gpu_harness import cap_smaller_cards
+from benchmarks.phase_case import rank_phases, read_run
+from benchmarks.phases import HARNESS_GPU_BYTES, parse_setting, setting_cases
 from zero_planner.plan.memory import CUDA_CONTEXT_BYTES
-from benchmarks.phases import parse_setting, setting_cases
 
 GIB = 2**30
 
@@ -41,18 +42,23 @@ def test_a_finished_run_keeps_each_ranks_allocator_retries(tmp_path):
     assert run["step_times_s"] == [1.0, 0.5]
 
 
-def test_a_plan_for_a_smaller_card_runs_capped_to_it_even_where_the_suite_forgot_to():
-    h100, h200_smi, h100_smi = 85_017_493_504, 143_771 * 2**20, 81_559 * 2**20  # torch's and nvidia-smi's totals
-    planned = {"planned": {"gpu_capacity_bytes": h100}}
-    # the suite's own limit wins (phases.py --harness-gpu H200)
-    assert memory_limit({**planned, "memory_limit_bytes": 123}, h200_smi) == (123, "case")
-    # an H100 plan on an H200 without one (phases.py's default harness GPU is the H100): capped to the H100's card
-    limit, source = memory_limit(planned, h200_smi)
-    assert limit == h100 - CUDA_CONTEXT_BYTES and "smaller" in source
-    # on the card it was planned for, or where the GPU cannot be read: the whole GPU
-    assert memory_limit(planned, h100_smi) == (None, "whole GPU")
-    assert memory_limit(planned, None) == (None, "whole GPU")
-    assert memory_limit({}, h200_smi) == (None, "whole GPU")
+def test_a_plan_for_a_smaller_card_runs_capped_to_it_even_where_the_suite_forgot_to(tmp_path):
+    h100, h200 = HARNESS_GPU_BYTES["H100"], HARNESS_GPU_BYTES["H200"]  # torch's total_memory
+    # the suite written for an H100 harness (phases.py's default): no limit in the case
+    (forgot,) = setting_cases(parse_setting("llama3.2-1b:H100:1024:stage=1,mb=4,gc=off,resume=0"), harness_gpu="H100",
+                              work_root=str(tmp_path))  # fmt: skip
+    assert "memory_limit_bytes" not in forgot
+    written = setting_cases(parse_setting("llama3.2-1b:H100:1024:stage=1,mb=4,gc=off,resume=0"), harness_gpu="H200",
+                            work_root=str(tmp_path))[0]  # fmt: skip
+    own = {**written, "memory_limit_bytes": 123}
+    on_h100 = dict(forgot)
+    cap_smaller_cards([forgot, own], h200)
+    cap_smaller_cards([on_h100], h100)
+    # on an H200 it gets the limit phases.py --harness-gpu H200 writes (the H100's card less the context), noted
+    assert forgot["memory_limit_bytes"] == written["memory_limit_bytes"] == h100 - CUDA_CONTEXT_BYTES
+    assert "smaller" in forgot["memory_limit_source"]
+    assert own["memory_limit_bytes"] == 123 and "memory_limit_source" not in own  # a suite's own limit stands
+    assert "memory_limit_bytes" not in on_h100  # on the card it was planned for: the whole GPU
 
 
 def test_a_setting_of_several_gpus_plans_and_names_them(tmp_path):
