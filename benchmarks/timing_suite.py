@@ -63,6 +63,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            per step: the score bytes' rate there, and their count on a second family
   i26-user-zero2-h100      a minimal user stage-2 JSON (DeepSpeed's defaults: overlap_comm off, 5e8 buckets) beside
                            ours and ZeRO-1, Llama 3.2 1B, Qwen3-1.7B, GPT-2 medium, small and larger micro-batches
+  i26-llama8b-2xh200       every candidate without offload of Meta-Llama-3-8B at 2,048 tokens on two H200s, one
+                           wait per step, 6 steps: a setting predicted before it ran
 """
 
 from __future__ import annotations
@@ -393,6 +395,12 @@ SUITES = {
     "i26-qwen1.5b-pair-2xh100": {"gpu": "H100", "num_gpus": 2, "settings": [], "ladders": [], "steps": 8,
                                  "sync_pairs": [("qwen2.5-1.5b", 1024, "1", False, 13, 2),
                                                 ("qwen2.5-1.5b", 1024, "2", False, 13, 2)]},
+    # a setting no sweep had run, predicted before it ran (2026-11-28, sixteenth session): Meta-Llama-3-8B, the
+    # README's model, from its catalog config at 2,048 tokens on two H200s, every candidate without offload, one wait
+    # per step; the model has five of them within 2% (ZeRO-1 at 4 the pick), where Qwen2.5-7B's ZeRO-2 led ZeRO-1 by
+    # 2-3% on two and four H200s
+    "i26-llama8b-2xh200": {"gpu": "H200", "num_gpus": 2, "settings": [("llama3-8b", 2048)], "ladders": [], "steps": 6,
+                           "strategies": NO_OFFLOAD, "phase_sync": False},
 }
 
 
