@@ -16,6 +16,7 @@ On a lent machine of two GPUs (device tool; carry .whl):
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-open-2gpu.jsonl benchmarks/suites/pools-open-1gpu.jsonl
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-picks-2gpu.jsonl benchmarks/suites/pools-picks-1gpu.jsonl
     bash benchmarks/device_run.sh 400 benchmarks/suites/pools-zero3-2gpu.jsonl
+    bash benchmarks/device_run.sh 400 benchmarks/suites/pools-zero3-8b-2gpu.jsonl
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ POOL_CASES = {
                          ("llama3.2-1b", 2048, "3", False, 8, 2, None, None),
                          ("qwen3-1.7b", 2048, "3", False, 6, 2, None, None),
                          ("llama3.2-3b", 2048, "3", False, 4, 2, None, None)],
+    # Meta-Llama-3-8B's ZeRO-3 candidates on two H200s (2026-11-28, sixteenth session): at 20 with checkpointing it
+    # retried 9 times in 6 steps, reserving 137.97 GiB where its total was predicted 133.64; the fetch stream's pool of
+    # a fifth model (untied 128k-token embeddings), at the pick and at 4 without checkpointing
+    "pools-zero3-8b-2gpu": [("llama3-8b", 2048, "3", True, 20, 2, None, None),
+                            ("llama3-8b", 2048, "3", False, 4, 2, None, None)],
 }
 
 
