@@ -67,6 +67,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            wait per step, 6 steps: a setting predicted before it ran
   i26-qwen3-4b-h200        the same of Qwen3-4B on one H200
   i26-gpt2-large-h200      the same of GPT-2 large at 1,024 tokens on one H200
+  i26-sync-pairs-h200      the harness's waits against one wait per step on one H200 (Qwen3-4B and GPT-2 large at
+                           their picks, Llama 3.2 1B's ZeRO-1 at 2 x 2,048)
 """
 
 from __future__ import annotations
@@ -411,6 +413,12 @@ SUITES = {
     # the model has ZeRO-0 to 3 at 37 sequences tied (46,555 tokens/s) and checkpointing 15% behind
     "i26-gpt2-large-h200": {"gpu": "H200", "settings": [("gpt2-large", 1024)], "ladders": [], "steps": 6,
                             "strategies": NO_OFFLOAD, "phase_sync": False},
+    # the harness's waits on one GPU (every committed pair ran on two or four): the one-wait runs of one H200 came out
+    # 5-7% faster than the model fitted on the harness's runs; the picks of the two sweeps above, and Llama 3.2 1B's
+    # small ZeRO-1 step, each with the harness's waits and with one wait per step
+    "i26-sync-pairs-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 8,
+                            "sync_pairs": [("qwen3-4b", 2048, "0", False, 5, 1), ("gpt2-large", 1024, "0", False, 37, 1),
+                                           ("llama3.2-1b", 2048, "1", False, 2, 2)]},
 }
 
 
