@@ -178,7 +178,8 @@ def step_report(paths: list[str]) -> list[dict]:
     kinds = ("gemm", "attention", "other", "optimizer", "collective")
     print(f"{'case':52s} {'rank':>4s} {'timed':>6s} {'wall':>6s} {'kernels':>7s}  " + " ".join(f"{k:>10s}" for k in kinds)
           + "   model: compute optimizer communication step (ms)")
-    for case in measured_cases(min_tokens=1, gpus=None):
+    every = measured_cases(min_tokens=1, gpus=None) + measured_cases(min_tokens=1, gpus=None, one_sync=True)
+    for case in every:
         if case.row["file"] not in names:
             continue
         model = estimate_step_time(case.spec, STRATEGIES[case.strategy], case.gpu, case.workload)
