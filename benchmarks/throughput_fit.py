@@ -3,11 +3,13 @@
     python benchmarks/throughput_fit.py [--min-tokens 4096] [--write]
 
 What it fits (zero_planner/plan/throughput.py, Calibration, explains each term), in this order, each step on its own
-cases of the reference GPU (H100):
+cases of the reference GPU (H100), at the smooth maximum's power of the committed calibration (with `--write`, at each
+power of OVERLAP_POWERS in turn, keeping the fit of least in-sample squared error over the one-GPU runs):
   1. stages 0-2 without offload: the achieved matmul and HBM fractions of peak (a grid: matmul up to
      throughput.MAX_MATMUL_FRACTION, HBM up to 1; each GEMM runs at its roofline, so the two do not enter
-     linearly), and, by least squares on relative error at each grid point, the achieved attention fraction
-     and the optimizer's bytes per parameter;
+     linearly), and, by least squares on relative error at each grid point, the achieved attention fraction,
+     the optimizer's bytes per parameter and the host seconds per gradient tensor, on times less the smooth
+     maximum's excess over the plain one (fit_dense_overlapped);
   2. the host's floor: seconds per decoder layer pass on stages 0-1, then per ZeRO-2 bucket on stage 2 (1-d
      searches); then 1 again without the runs the host bound, and these two again;
   3. stage 3 without offload: the host seconds per fetched tensor (1-d search, the terms of 1 and 2 fixed);
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import Counter
@@ -172,8 +175,8 @@ def predict(c: Features, cal: Calibration) -> float:
     fetches = c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
     tensors = c.grad_tensors * cal.seconds_per_grad_tensor
-    return (max(gpu_seconds(c, cal), host_seconds(c, cal) + fetches) + optimizer + tensors + c.communication_s + c.pcie_s
-            + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node)
+    busy = throughput.overlapped_seconds(gpu_seconds(c, cal), host_seconds(c, cal) + fetches, cal.host_overlap_power)
+    return busy + optimizer + tensors + c.communication_s + c.pcie_s + c.cpu_adam_params / cal.cpu_adam_params_per_s_per_node
 
 
 def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
@@ -216,6 +219,32 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
                    seconds_per_grad_tensor=round(float(per_tensor), 6))  # fmt: skip
 
 
+OVERLAP_ROUNDS = 3
+"""Rounds of fit_dense_overlapped: each refits the GPU constants on the times less the smooth maximum's excess at
+the previous round's constants (the excess is a few percent where it is not 0, so the constants settle in two)."""
+
+
+def fit_dense_overlapped(cases: list[Features], base: Calibration) -> Calibration | None:
+    """Returns fit_dense of `cases` with the host's share of each case taken out first: fit_dense's closed form
+    takes a case's time as GPU work, optimizer and tensors, and the smooth maximum (host_overlap_power) adds to the
+    GPU's work what the host's starves it of; that excess, at the constants so far, leaves the measured time before
+    each round (OVERLAP_ROUNDS). At the plain maximum the excess is 0 and this is fit_dense."""
+    cal = base
+    for _ in range(OVERLAP_ROUNDS):
+        trimmed = [replace(c, measured_s=c.measured_s - overlap_excess(c, cal)) for c in cases]
+        fitted = fit_dense(trimmed, cal)
+        if fitted is None:
+            return None if cal is base else cal
+        cal = fitted
+    return cal
+
+
+def overlap_excess(c: Features, cal: Calibration) -> float:
+    """Returns what the smooth maximum of a stage 0-2 case's GPU and host seconds adds to their plain maximum."""
+    gpu, host = gpu_seconds(c, cal), host_seconds(c, cal)
+    return throughput.overlapped_seconds(gpu, host, cal.host_overlap_power) - max(gpu, host)
+
+
 def fit_host_rate(cases: list[Features], cal: Calibration, name: str, step: float, steps: int, digits: int,
                   for_case: Callable[[Features], Calibration] | None = None) -> Calibration:
     """Returns `cal` with its host rate `name` (seconds per unit) minimising the cases' squared relative error over
@@ -253,6 +282,11 @@ def fit_stage2(cases: list[Features], cal: Calibration) -> Calibration:
     """Returns `cal` with the host seconds per ZeRO-2 reduction minimising squared relative error (0.01 ms grid)."""
     return fit_host_rate(cases, cal, "stage2_seconds_per_reduction", 1e-5, 500, 7)
 
+
+OVERLAP_POWERS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, math.inf)
+"""The smooth maximum's powers `--write` tries (Calibration.host_overlap_power): each refits every constant, and
+the one of least in-sample squared relative error over the one-GPU runs is kept. The out-of-family folds
+(throughput_check.py) hold it fixed: one shape parameter chosen on every family's runs."""
 
 GATHER_FIT_ROUNDS = 8
 """Rounds of fit_gather's alternation between the per-gather and per-reduction times and their growth with the
@@ -361,14 +395,14 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     several = [c for c in cases if c.world_size > 1]
     cases = [c for c in cases if c.world_size == 1]
     ref = [c for c in cases if c.gpu == reference_gpu]
-    dense = fit_dense([c for c in ref if c.strategy in ("0", "1", "2")], base)
+    dense = fit_dense_overlapped([c for c in ref if c.strategy in ("0", "1", "2")], base)
     if dense is None:
         raise ValueError("no physical fit of stages 0-2 on these cases")
     stages01 = [c for c in ref if c.strategy in ("0", "1")]
     zero2 = [c for c in ref if c.strategy == "2"]
     dense = fit_stage2(zero2, fit_host_layer(stages01, dense))
     # the GPU constants again without the runs the host bound (small micro-batches), then the host's rates again
-    refit = fit_dense([c for c in stages01 + zero2 if not host_bound_launches(c, dense)], dense) or dense
+    refit = fit_dense_overlapped([c for c in stages01 + zero2 if not host_bound_launches(c, dense)], dense) or dense
     cal = fit_stage3([c for c in ref if c.strategy == "3"], fit_stage2(zero2, fit_host_layer(stages01, refit)))
     rates: dict[str, float] = {}
     stage3: dict[str, float] = {}
@@ -426,7 +460,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
                  "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
-                 "stage2_seconds_per_reduction", "host_seconds_per_layer", "seconds_per_grad_tensor",
+                 "stage2_seconds_per_reduction", "host_seconds_per_layer", "host_overlap_power", "seconds_per_grad_tensor",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction", "link_measured_on"):  # fmt: skip
         data[name] = getattr(cal, name)
@@ -453,9 +487,18 @@ def main(argv: list[str] | None = None) -> int:
         if measured:
             base = replace(base, grouped_gemm_fraction=float(measured))
     everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None) if c.method == "full"]
-    result = fit(everything, base)
-    cal = result.calibration
     cases = [c for c in everything if c.world_size == 1]
+    result = None
+    if args.write_errors:
+        result = fit(everything, base)
+    else:
+        for power in OVERLAP_POWERS:  # the smooth maximum's power: the one of least in-sample squared error
+            trial = fit(everything, replace(base, host_overlap_power=power))
+            squared = sum((predict(c, trial.for_case(c)) / c.measured_s - 1) ** 2 for c in cases)
+            print(f"  host_overlap_power {power:>4}: one-GPU in-sample squared relative error {squared:.3f}")
+            if result is None or squared < best:
+                result, best = trial, squared
+    cal = result.calibration
     several = [c for c in everything if c.world_size > 1]
     ref = [c for c in cases if c.gpu == cal.reference_gpu]
     print(f"fitted on {len(ref)} {cal.reference_gpu} cases (>= {args.min_tokens} tokens per micro-step):")
@@ -473,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
           f"two ({sum(c.strategy == '3' and c.world_size > 2 for c in several)} runs of more than two)")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
+    print(f"  host and GPU         smooth maximum of power {cal.host_overlap_power} (host_overlap_power)")
     for host, rate in result.host_cpu_adam.items():
         print(f"  CPU Adam             {rate:.3g} params/s per node on the {host} host")
     for host, seconds in result.host_stage3.items():

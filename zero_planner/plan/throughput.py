@@ -12,9 +12,12 @@ GPU is
                                                        its forward twice)
             + reductions * stage2_seconds_per_reduction  (stage 2: overlap_comm synchronizes the device once per
                                                        gradient bucket it reduces, so the host cannot run ahead)
-    micro_s = max(gpu_s, host_s)                      (stages 0-2: the GPU waits for the host where its work is
-                                                       shorter, small micro-batches of small models)
-            = max(gpu_s, host_s + stage3_host_seconds)       (stage 3: the hooks' work per fetch request runs on the
+    micro_s = smax(gpu_s, host_s)                     (stages 0-2: the GPU waits for the host where its work is
+                                                       shorter, small micro-batches of small models, and on
+                                                       runs of short kernels where the two are close: smax is
+                                                       overlapped_seconds, (a^p + b^p)^(1/p) at
+                                                       Calibration.host_overlap_power)
+            = smax(gpu_s, host_s + stage3_host_seconds)      (stage 3: the hooks' work per fetch request runs on the
                                                        host's one Python thread with the layers' launches, and the
                                                        GPU hides both where its work is longer; on several GPUs
                                                        plus each gather's: stage3_gathers x stage3_seconds_per_gather,
@@ -168,6 +171,18 @@ class Calibration:
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
     s per step on an H100 where its GPU work is about 0.05 s (2026-11-26)."""
+    host_overlap_power: float = math.inf
+    """CHOSEN (by the fit's in-sample error, below): the power p of the smooth maximum (gpu^p + host^p)^(1/p) that
+    a micro-step takes of its GPU work and its host's (layer launches, ZeRO-2's buckets, ZeRO-3's fetches);
+    infinity is the plain maximum. The host and the GPU are two stages of a pipeline whose lead empties at every
+    synchronisation: the GPU idles on runs of short kernels before the host's total reaches the GPU's. Profiled
+    on one H200 (2026-11-29, `i26-kinds-h200`, benchmarks/recompute_profile.py --deepspeed-steps): at the picks of
+    Qwen3-4B, GPT-2 large, Llama 3.2 3B and Phi-3 (host 6-11% of the GPU's time) the unprofiled steps idled
+    0.05-0.16 ms per gradient tensor beyond their kernels, where seconds_per_grad_tensor, fitted with the plain
+    maximum, charged 0.25: at small micro-batches (host 27-41% of the GPU's) the idle was 0.19-0.43 ms per
+    tensor, the starvation the maximum leaves at 0 charged to the tensors. `throughput_fit.py --write` refits
+    every constant at each p of OVERLAP_POWERS and keeps the one of least in-sample squared error (4: host at
+    half the GPU's time adds 1.5%, equal adds 19%)."""
     link_fraction: float = 1.0
     """MEASURED (benchmarks/nccl_rates.py): NCCL's achieved bus bandwidth over the catalog's intra-node link, fitted
     with a time per call (20 us, not used: communication_seconds says why) to every collective it timed (all-reduce,
@@ -1230,6 +1245,16 @@ def grad_tensor_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload,
     return grad_tensor_passes(spec, strategy, workload) * cal.seconds_per_grad_tensor
 
 
+def overlapped_seconds(gpu_s: float, host_s: float, power: float) -> float:
+    """Returns the seconds of work the GPU (`gpu_s`) and its host's thread (`host_s`) do side by side: their smooth
+    maximum (gpu_s^power + host_s^power)^(1/power), the plain maximum at infinity
+    (Calibration.host_overlap_power)."""
+    top = max(gpu_s, host_s)
+    if math.isinf(power) or top <= 0:
+        return top
+    return top * ((gpu_s / top) ** power + (host_s / top) ** power) ** (1 / power)
+
+
 def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
                        calibration: Calibration | None = None, buffers: ZeroBuffers | None = None) -> StepTime:
     """Returns the estimated StepTime of one optimizer step of `workload` under `strategy` on `gpu`s.
@@ -1247,8 +1272,9 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     compute_s = accum * gpu_s
     launches_s = host_seconds(spec, strategy, workload, cal, buffers)
     # the hooks run on the host's thread with the layers' launches: their sum against the GPU's work
-    stage3_s = accum * max(0.0, launches_s + fetches_s - max(gpu_s, launches_s))
-    host_bound_s = accum * max(0.0, launches_s - gpu_s) + grad_tensor_seconds(spec, strategy, workload, cal)
+    launched_s = overlapped_seconds(gpu_s, launches_s, cal.host_overlap_power)
+    stage3_s = accum * (overlapped_seconds(gpu_s, launches_s + fetches_s, cal.host_overlap_power) - launched_s)
+    host_bound_s = accum * (launched_s - gpu_s) + grad_tensor_seconds(spec, strategy, workload, cal)
     optimizer_s = optimizer_seconds(spec, strategy, gpu, workload, calibration)
     communication_s = communication_seconds(spec, strategy, gpu, workload, cal)
     offload_s = offload_seconds(spec, strategy, gpu, workload, cal)
