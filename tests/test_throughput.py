@@ -441,6 +441,13 @@ def test_the_mlp_output_projection_is_recomputed_only_where_something_after_it_s
     assert throughput.output_projection_params(replace(TOY, model_type="gemma2")) == 0  # post-feedforward norm
     assert throughput.output_projection_params(replace(TOY, model_type="gpt2", config={})) == 0  # resid_pdrop 0.1
     assert throughput.output_projection_params(replace(TOY, model_type="gpt2", config={"resid_pdrop": 0.0})) == down
+    # OPT drops out fc2's output (config.dropout, OPTConfig's default 0.1): fc2 runs again, and the dropouts' bytes count
+    assert throughput.output_projection_params(replace(TOY, model_type="opt", config={})) == 0
+    assert throughput.output_projection_params(replace(TOY, model_type="opt", config={"dropout": 0.0})) == down
+    opt = load_model_spec("facebook/opt-1.3b")
+    assert opt.model_type == "opt" and throughput.output_projection_params(opt) == 0
+    undropped = replace(opt, config={**opt.config, "dropout": 0.0})
+    assert throughput.layer_traffic_bytes(opt) > throughput.layer_traffic_bytes(undropped)
     assert throughput.output_projection_params(_moe(8, 2, 1000)) == 0
     checkpointed = work(gradient_checkpointing=True)
     assert throughput.unrecomputed_params(TOY, work()) == 0
