@@ -71,6 +71,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            their picks, Llama 3.2 1B's ZeRO-1 at 2 x 2,048)
   i26-opt-1.3b-h200        OPT-1.3B (a family never timed) at 2,048 tokens, every candidate without offload on one
                            H200, one wait per step, predicted before it ran
+  i26-pythia-1.4b-h200     Pythia-1.4B (GPT-NeoX, a family never timed), the same way
+  i26-kinds-pythia-h200    Pythia-1.4B's ZeRO-0 at 13 and at 32 with checkpointing, profiled by kernel kind
   i26-kinds-opt-h200       OPT-1.3B's ZeRO-0 at 16 and at 32 with checkpointing on one H200, profiled by kernel kind
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
@@ -429,6 +431,14 @@ SUITES = {
     # 2,048 tokens on one H200, one wait per step, predicted (with the smooth maximum) before it ran
     "i26-opt-1.3b-h200": {"gpu": "H200", "settings": [("opt-1.3b", 2048)], "ladders": [], "strategies": NO_OFFLOAD,
                           "phase_sync": False},
+    # a second family no run has timed: Pythia-1.4B (GPT-NeoX: parallel attention and MLP off one input, rotary on a
+    # quarter of each head, fused qkv with biases, GELU MLP of 8,192, LayerNorm, untied 50k embeddings; 24 layers,
+    # hidden 2,048), the same way, predicted before it ran
+    "i26-pythia-1.4b-h200": {"gpu": "H200", "settings": [("pythia-1.4b", 2048)], "ladders": [],
+                             "strategies": NO_OFFLOAD, "phase_sync": False},
+    # and Pythia's steps by kernel kind, the same way as OPT's (half the sweep's micro-batches)
+    "i26-kinds-pythia-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
+                              "profiles": [("pythia-1.4b", 2048, "0", False, 13), ("pythia-1.4b", 2048, "0", True, 32)]},
     # where that sweep's 9-16% over-prediction goes: OPT-1.3B's ZeRO-0 step profiled by kernel kind, without
     # checkpointing at 16 and with it at 32 (half the sweep's micro-batches: clear of the allocator's retries)
     "i26-kinds-opt-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
