@@ -179,10 +179,12 @@ class Calibration:
     on one H200 (2026-11-29, `i26-kinds-h200`, benchmarks/recompute_profile.py --deepspeed-steps): at the picks of
     Qwen3-4B, GPT-2 large, Llama 3.2 3B and Phi-3 (host 6-11% of the GPU's time) the unprofiled steps idled
     0.05-0.16 ms per gradient tensor beyond their kernels, where seconds_per_grad_tensor, fitted with the plain
-    maximum, charged 0.25: at small micro-batches (host 27-41% of the GPU's) the idle was 0.19-0.43 ms per
+    maximum, charged 0.25: at small micro-batches (host 27-54% of the GPU's) the idle was 0.19-0.43 ms per
     tensor, the starvation the maximum leaves at 0 charged to the tensors. `throughput_fit.py --write` refits
-    every constant at each p of OVERLAP_POWERS and keeps the one of least in-sample squared error (4: host at
-    half the GPU's time adds 1.5%, equal adds 19%)."""
+    every constant at each p of OVERLAP_POWERS and keeps the one of least in-sample squared error: 6 (host at half
+    the GPU's time adds 0.3%, equal adds 12%), which took the host's time per layer from 2.0 to 1.7 ms and left the
+    time per tensor at 0.252 ms (lower powers lower it, to 0.166 at 1.5, and fit worse); out of family, one GPU
+    7.9% / 49.6% -> 7.1% / 38.7%, several 7.4% / 69.3% -> 7.4% / 54.5% (docs/speed.md)."""
     link_fraction: float = 1.0
     """MEASURED (benchmarks/nccl_rates.py): NCCL's achieved bus bandwidth over the catalog's intra-node link, fitted
     with a time per call (20 us, not used: communication_seconds says why) to every collective it timed (all-reduce,
