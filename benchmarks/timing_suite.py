@@ -73,6 +73,7 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            H200, one wait per step, predicted before it ran
   i26-pythia-1.4b-h200     Pythia-1.4B (GPT-NeoX, a family never timed), the same way
   i26-kinds-pythia-h200    Pythia-1.4B's ZeRO-0 at 13 and at 32 with checkpointing, profiled by kernel kind
+  i26-kinds-pythia3-h200   the same two Pythia-1.4B steps under ZeRO-3
   i26-kinds-opt-h200       OPT-1.3B's ZeRO-0 at 16 and at 32 with checkpointing on one H200, profiled by kernel kind
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
@@ -439,6 +440,10 @@ SUITES = {
     # and Pythia's steps by kernel kind, the same way as OPT's (half the sweep's micro-batches)
     "i26-kinds-pythia-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                               "profiles": [("pythia-1.4b", 2048, "0", False, 13), ("pythia-1.4b", 2048, "0", True, 32)]},
+    # Pythia's ZeRO-3 with checkpointing ran 13% slower than its other stages at 64 (the model has them equal): the
+    # same two steps as i26-kinds-pythia-h200 under ZeRO-3, beside those ZeRO-0 profiles
+    "i26-kinds-pythia3-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
+                               "profiles": [("pythia-1.4b", 2048, "3", False, 13), ("pythia-1.4b", 2048, "3", True, 32)]},
     # where that sweep's 9-16% over-prediction goes: OPT-1.3B's ZeRO-0 step profiled by kernel kind, without
     # checkpointing at 16 and with it at 32 (half the sweep's micro-batches: clear of the allocator's retries)
     "i26-kinds-opt-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
