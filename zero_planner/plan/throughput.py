@@ -663,14 +663,18 @@ def unrecomputed_params(spec: ModelSpec, workload: Workload) -> int:
     return output_projection_params(spec)
 
 
+_RESIDUAL_DROPOUT_KEYS = {"gpt2": ("resid_pdrop", 0.1), "opt": ("dropout", 0.1)}
+"""(config key, transformers' default) of the dropout on each residual branch, by model type; others read
+`resid_pdrop`, default 0. GPT-2 drops out each c_proj's output; OPTDecoderLayer the attention's and fc2's outputs
+before each residual add. OPT-1.3B on one H200 (2026-11-29, `i26-kinds-opt-h200`): with checkpointing, fc2 ran
+again (GEMMs 926 ms a step at 32 x 2,048 where the model, skipping it, had 785) and fused_dropout_kernel_vec took
+23 ms."""
+
+
 def _residual_dropout(spec: ModelSpec) -> float:
-    """Returns the dropout probability on each residual branch: GPT-2's resid_pdrop (default 0.1), OPT's `dropout`
-    (default 0.1: OPTDecoderLayer drops out the attention's and fc2's outputs before each residual add), 0 for the
-    rest. OPT-1.3B on one H200 (2026-11-29, `i26-kinds-opt-h200`): with checkpointing, fc2 ran again (GEMMs 926 ms
-    a step at 32 x 2,048 where the model, skipping it, had 785) and fused_dropout_kernel_vec took 23 ms."""
-    if spec.model_type == "opt":
-        return float(spec.config.get("dropout", 0.1) or 0)
-    return float(spec.config.get("resid_pdrop", 0.1 if spec.model_type == "gpt2" else 0.0) or 0)
+    """Returns the dropout probability on each residual branch (_RESIDUAL_DROPOUT_KEYS)."""
+    key, default = _RESIDUAL_DROPOUT_KEYS.get(spec.model_type, ("resid_pdrop", 0.0))
+    return float(spec.config.get(key, default) or 0)
 
 
 _FUSED_QKV = ("phi3", "gpt2", "gpt_neox", "phi", "falcon", "bloom", "gptj")
