@@ -70,7 +70,7 @@ def test_twins_of_the_benchmark_configs():
         "qwen2.5-3b.json": "qwen2.5-3b", "qwen2.5-7b.json": "qwen2.5-7b", "qwen2.5-14b.json": "qwen2.5-14b",
         "qwen2.5-0.5b.json": "qwen2.5-0.5b", "qwen2.5-1.5b.json": "qwen2.5-1.5b", "qwen3-1.7b.json": "qwen3-1.7b",
         "phi3-mini.json": "phi-3-mini-4k", "gemma2-2b.json": "gemma-2-2b", "gpt2-large.json": "gpt2-large",
-        "gpt2-medium.json": "gpt2-medium",
+        "gpt2-medium.json": "gpt2-medium", "gpt2-xl.json": "gpt2-xl",
         # Meta-Llama-3-8B's layers, vocabulary and widths are Llama-3.1-8B's (only rope scaling differs, which keeps
         # nothing): the catalog's first twin
         "llama3-8b.json": "llama-3.1-8b",
