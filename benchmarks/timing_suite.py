@@ -75,6 +75,9 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-kinds-pythia-h200    Pythia-1.4B's ZeRO-0 at 13 and at 32 with checkpointing, profiled by kernel kind
   i26-kinds-pythia3-h200   the same two Pythia-1.4B steps under ZeRO-3
   i26-kinds-opt-h200       OPT-1.3B's ZeRO-0 at 16 and at 32 with checkpointing on one H200, profiled by kernel kind
+  i26-gpt2-xl-h200         GPT-2 XL (48 layers, hidden 1,600; its 50,257-token head on misaligned GEMMs) at 1,024
+                           tokens, every candidate without offload on one H200, one wait per step, predicted before it ran
+  i26-kinds-gpt2xl-h200    GPT-2 XL's ZeRO-0 at 11 x 1,024 (half its pick) on one H200, profiled by kernel kind
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
 """
@@ -444,6 +447,15 @@ SUITES = {
     # same two steps as i26-kinds-pythia-h200 under ZeRO-3, beside those ZeRO-0 profiles
     "i26-kinds-pythia3-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                                "profiles": [("pythia-1.4b", 2048, "3", False, 13), ("pythia-1.4b", 2048, "3", True, 32)]},
+    # a GPT-2 size no run has timed, predicted before it ran with the misaligned head's measured rate (its 50,257-token
+    # head runs CUTLASS's align1 kernels at 0.12-0.19 of the roofline, benchmarks/kernel_rates.py): GPT-2 XL at 1,024
+    # tokens, every candidate without offload on one H200, one wait per step
+    "i26-gpt2-xl-h200": {"gpu": "H200", "settings": [("gpt2-xl", 1024)], "ladders": [], "strategies": NO_OFFLOAD,
+                         "phase_sync": False},
+    # and its step by kernel kind, at half the pick (clear of the card's edge): the head's align1 GEMMs at a third width
+    # (1,600), and the rate of GPT-2's vectorized elementwise kernels
+    "i26-kinds-gpt2xl-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
+                              "profiles": [("gpt2-xl", 1024, "0", False, 11)]},
     # where that sweep's 9-16% over-prediction goes: OPT-1.3B's ZeRO-0 step profiled by kernel kind, without
     # checkpointing at 16 and with it at 32 (half the sweep's micro-batches: clear of the allocator's retries)
     "i26-kinds-opt-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
