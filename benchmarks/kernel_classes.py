@@ -11,10 +11,11 @@ FLOP at one matmul rate (routed experts apart). The kernels run three classes at
   - GEMMs with a dimension that is not a multiple of 8 (GPT-2's 50,257-token head): cuBLAS runs CUTLASS's
     Turing-era align1 kernels at 0.12-0.19 of the dense roofline;
   - ZeRO-3's linear adds a 3-D input's bias apart (`output += bias`, a broadcast), where F.linear fuses it.
-For each, this prints the committed measurements beside what is counted here: the generic kernels' time in every
-profiled step against broadcast_traffic_bytes, the align1 kernels' time against the head's FLOPs, Pythia's ZeRO-3
-step against its ZeRO-0 step. Counted here, not in the model: a trial of all three inside the fitted model (git
-branch kernel-classes-trial) came out worse out of family than the committed one (docs/speed.md "Kernel classes").
+For each, this prints the committed measurements beside what the model counts (throughput.broadcast_traffic_bytes,
+the misaligned GEMMs of throughput.gemms, throughput.zero3_bias_bytes): the generic kernels' time in every profiled
+step, the align1 kernels' time against the head's FLOPs, Pythia's ZeRO-3 step against its ZeRO-0 step. The model
+runs each class at its measured rate (Calibration.broadcast_memory_fraction and gpu_broadcast_fractions,
+misaligned_gemm_fraction, even_misaligned_gemm_fraction; docs/speed.md "Kernel classes").
 """
 
 from __future__ import annotations
@@ -34,89 +35,15 @@ from zero_planner.plan import throughput  # noqa: E402
 from zero_planner.plan.memory import Workload  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-ALIGNED_ELEMENTS = 8
-"""16-bit elements in the 16 bytes cuBLAS's Hopper kernels need every matrix dimension aligned to."""
-RMS_NORM_BROADCAST_BYTES = 12
-"""Of throughput._RMS_NORM_BYTES (36), the two multiplies that broadcast: x * rsqrt(variance) 4+4 (fp32; the variance
-one per row) and weight * x 2+2 (the weight one per column)."""
-ROTARY_BROADCAST_BYTES = 8
-"""Of throughput._ROTARY_BYTES (22), q * cos and rotate_half(q) * sin 2+2 each (cos and sin shared by the heads)."""
-LAYER_NORM_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi")
-"""Types normalised by nn.LayerNorm, one fused kernel (throughput.layer_traffic_bytes's list)."""
-ABSOLUTE_POSITION_TYPES = ("gpt2", "opt", "bloom")
-POST_NORM_TYPES = throughput._POST_NORM_TYPES
-QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
-BIASED_LINEARS = {"qwen2": ("qkv",), "qwen2_moe": ("qkv",), "opt": ("qkv", "o", "mlp"), "gpt_neox": ("qkv", "o", "mlp"),
-                  "gpt2": ()}  # fmt: skip
-"""The decoder linears with a bias, by model type; others read transformers' `attention_bias` (q, k, v, o) and
-`mlp_bias` flags. GPT-2's Conv1D multiplies a 2-D view with addmm, its bias fused."""
-BIAS_FLAGS = {"opt": "enable_bias", "gpt_neox": "attention_bias"}
-"""The flag that turns a type's biases off (GPT-NeoX's: its attention's only)."""
-
-
-def gemm_alignment(width: int, *dims: int) -> int:
-    """Returns the largest of 1, 2, 4 and 8 elements dividing every dimension of a product of `width`-byte operands
-    (8 for widths other than 16 bits, whose alignment is not measured)."""
-    if width != 2:
-        return ALIGNED_ELEMENTS
-    alignment = ALIGNED_ELEMENTS
-    while alignment > 1 and any(d % alignment for d in dims):
-        alignment //= 2
-    return alignment
 
 
 def misaligned_head_flops(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the FLOPs of the output head's three products (forward, input and weight gradients) where its
-    vocabulary, width or token count is not a multiple of 8 (16-bit), else 0."""
+    """Returns the FLOPs of the output head's three products (forward, input and weight gradients) where a dimension
+    is odd (throughput.gemm_alignment: GPT-2's 50,257-token vocabulary), else 0."""
     tokens = workload.micro_batch_size * workload.seq_len
-    if gemm_alignment(2, tokens, spec.hidden_size, spec.vocab_size) == ALIGNED_ELEMENTS:
+    if throughput.gemm_alignment(2, tokens, spec.hidden_size, spec.vocab_size) != 1:
         return 0.0
     return 3 * 2.0 * tokens * spec.hidden_size * spec.vocab_size
-
-
-def biased_outputs(spec: ModelSpec) -> int:
-    """Returns the output features per token and layer of the decoder linears with a bias (BIASED_LINEARS)."""
-    h, i = spec.hidden_size, spec.intermediate_size
-    d_q, d_kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
-    config = spec.config
-    if spec.model_type in BIASED_LINEARS:
-        parts = set(BIASED_LINEARS[spec.model_type])
-        flag = BIAS_FLAGS.get(spec.model_type)
-        if flag and not config.get(flag, True):
-            parts = parts & {"mlp"} if spec.model_type == "gpt_neox" else set()
-    else:
-        parts = ({"qkv", "o"} if config.get("attention_bias") else set()) | ({"mlp"} if config.get("mlp_bias") else set())
-    mlp = ((2 * i if spec.gated_mlp else i) + h) if spec.num_experts <= 1 else 0
-    return sum({"qkv": d_q + 2 * d_kv, "o": h, "mlp": mlp}[part] for part in parts)
-
-
-def zero3_bias_bytes(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the bytes ZeRO-3's separate bias adds move per micro-step (read and write each biased output once
-    more, every forward; a checkpointed forward runs them again: an upper bound where its recomputation stops before
-    the MLP's output projection)."""
-    b = 4 if workload.precision == "fp32" else 2
-    forwards = 2 if workload.gradient_checkpointing else 1
-    tokens = workload.micro_batch_size * workload.seq_len
-    return float(2 * b * biased_outputs(spec) * spec.num_layers * tokens * forwards)
-
-
-def layer_broadcast_bytes(spec: ModelSpec) -> int:
-    """Returns the bytes per token of one decoder layer's forward that broadcasting kernels move: RMSNorm's two
-    multiplies (the layer's norms, Qwen3's q and k norms) and rotary's cos and sin multiplies."""
-    d_q, d_kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
-    norms = 0 if spec.model_type in LAYER_NORM_TYPES else (4 if spec.model_type in POST_NORM_TYPES else 2)
-    rotary = 0 if spec.model_type in ABSOLUTE_POSITION_TYPES else ROTARY_BROADCAST_BYTES * (d_q + d_kv)
-    qk_norm = RMS_NORM_BROADCAST_BYTES * (d_q + d_kv) if spec.model_type in QK_NORM_TYPES else 0
-    return norms * RMS_NORM_BROADCAST_BYTES * spec.hidden_size + rotary + qk_norm
-
-
-def broadcast_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the bytes the broadcasting kernels move in one micro-step: layer_broadcast_bytes forward,
-    BACKWARD_TRAFFIC_RATIO times backward, once more where checkpointing recomputes the forward."""
-    passes = 1 + throughput.BACKWARD_TRAFFIC_RATIO + (1 if workload.gradient_checkpointing else 0)
-    scale = 2 if workload.precision == "fp32" else 1
-    tokens = workload.micro_batch_size * workload.seq_len
-    return float(tokens * passes * spec.num_layers * layer_broadcast_bytes(spec) * scale)
 
 
 def generic_elementwise_seconds(top_kernels: dict) -> float:
@@ -166,19 +93,19 @@ def _label(step: dict) -> str:
 
 
 def broadcast_rates(steps: list[dict]) -> list[tuple[dict, float, float]]:
-    """Returns (step, generic kernels' seconds, broadcast bytes) for the dense steps that broadcast (ZeRO-0 only:
-    ZeRO-3's bias adds are broadcasts too)."""
+    """Returns (step, generic kernels' seconds, broadcast bytes) for the ZeRO-0 steps that broadcast (ZeRO-3's bias
+    adds are broadcasts too)."""
     rows = []
     for step in steps:
-        size = broadcast_traffic_bytes(step["spec"], step["workload"])
-        if size and step["spec"].num_experts <= 1 and step["strategy"] == "0":
+        size = throughput.broadcast_traffic_bytes(step["spec"], step["workload"])
+        if size and step["strategy"] == "0":
             rows.append((step, generic_elementwise_seconds(step["top_kernels"]), size))
     return rows
 
 
 def main() -> int:
     steps = profiled_steps()
-    print("broadcasting kernels: each dense ZeRO-0 profile's generic elementwise kernels against the bytes counted here")
+    print("broadcasting kernels: each ZeRO-0 profile's generic elementwise kernels against throughput.broadcast_traffic_bytes")
     by_gpu: dict[str, list[float]] = {}
     for step, seconds, size in broadcast_rates(steps):
         rate = size / seconds / 1e12 if seconds else 0.0
@@ -210,7 +137,7 @@ def main() -> int:
         if step["strategy"] != "3" or twin is None:
             continue
         extra = step["kernel_s"].get("other", 0.0) - twin["kernel_s"].get("other", 0.0)
-        size = zero3_bias_bytes(step["spec"], step["workload"])
+        size = throughput.zero3_bias_bytes(step["spec"], step["workload"])
         print(f"  {_label(step)} elementwise +{extra * 1e3:.1f} ms, {size / 1e9:.1f} GB of bias adds: {size / extra / 1e12:.2f} TB/s")
     for path in sorted(RESULTS.glob("kernels-*.json")):
         data = json.loads(path.read_text())

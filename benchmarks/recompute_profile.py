@@ -77,7 +77,7 @@ def predicted(config: dict, name: str, mb: int, seq: int, gc: bool, gpu_name: st
     return {
         "gemm_s": throughput.gemm_seconds(spec, gpu, workload),
         "attention_s": throughput.attention_seconds(spec, gpu, workload),
-        "other_s": (throughput.device_traffic_bytes(spec, workload) / throughput.memory_bytes_per_s(gpu)
+        "other_s": (throughput.traffic_seconds(spec, gpu, workload)
                     + throughput.eager_attention_seconds(spec, gpu, workload)),
         "other_bytes": throughput.device_traffic_bytes(spec, workload) + throughput.eager_attention_bytes(spec, workload),
         "total_s": throughput.micro_step_gpu_seconds(spec, gpu, workload),

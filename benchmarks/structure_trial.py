@@ -61,7 +61,7 @@ def trial(attention: str, moe: float) -> None:
         h = cal.memory_fraction_for(c.gpu)
         m = (cal.moe_memory_fraction * h / cal.memory_fraction) if cal.moe_memory_fraction else h
         gemm = sum(max(fl / cal.matmul_fraction, size / h) for fl, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
-        return (gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.eager_attention_s
+        return (gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.eager_attention_s + c.broadcast_s
                 + (c.traffic_s - c.moe_s) / h + c.moe_s / m)
 
     def fit_dense(cases, base):

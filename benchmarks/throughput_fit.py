@@ -64,7 +64,8 @@ class Features:
     measured_s: float
     matmul_s: float
     gemm_flops_s: tuple[float, ...]
-    """Each GEMM shape's FLOPs over the peak (throughput.gemms; a grouped expert GEMM's over its share of it)."""
+    """Each GEMM shape's FLOPs over the peak (throughput.gemms; a grouped expert GEMM's and a misaligned one's over
+    their share of it, throughput.gemm_rate_share)."""
     gemm_bytes_s: tuple[float, ...]
     """Each GEMM shape's bytes over the catalog bandwidth."""
     attention_s: float
@@ -88,6 +89,9 @@ class Features:
     eager_attention_s: float = 0.0
     """Seconds of eager attention's score kernels at the measured eager_scores_memory_fraction (not fitted; 0 under
     SDPA, as every fitted run)."""
+    broadcast_s: float = 0.0
+    """Seconds of the broadcasting kernels at the measured broadcast_memory_fraction (throughput.broadcast_traffic_bytes,
+    out of traffic_s, and ZeRO-3's separate bias adds, zero3_bias_seconds; not fitted)."""
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
@@ -117,8 +121,8 @@ def host_of(case) -> str:
 
 
 def features(case, base: Calibration | None = None) -> Features:
-    """Returns the case's Features; a routed expert's GEMM FLOPs count at `base`'s grouped-GEMM rate (measured by
-    benchmarks/kernel_rates.py, not fitted here)."""
+    """Returns the case's Features; a routed expert's GEMM FLOPs and a misaligned GEMM's count at `base`'s measured
+    shares of the matmul rate (benchmarks/kernel_rates.py, not fitted here)."""
     base = base or load_calibration()
     spec, workload, strategy, gpu = case.spec, case.workload, STRATEGIES[case.strategy], case.gpu
     psi = throughput.trainable_params(spec, workload) / (workload.world_size if strategy.stage >= 1 else 1)
@@ -134,13 +138,15 @@ def features(case, base: Calibration | None = None) -> Features:
         strategy=case.strategy,
         measured_s=case.seconds,
         matmul_s=throughput.matmul_flops(spec, workload) / peak,
-        gemm_flops_s=tuple(g.flops / peak / (base.grouped_gemm_fraction if g.grouped else 1.0)
-                           for g in throughput.gemms(spec, workload)),
+        gemm_flops_s=tuple(g.flops / peak / throughput.gemm_rate_share(g, base) for g in throughput.gemms(spec, workload)),
         gemm_bytes_s=tuple(g.bytes / bandwidth for g in throughput.gemms(spec, workload)),
         attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
         masked_attention_s=throughput.masked_attention_seconds(spec, gpu, workload, base),
-        traffic_s=throughput.device_traffic_bytes(spec, workload) / bandwidth,
+        traffic_s=(throughput.device_traffic_bytes(spec, workload) - throughput.broadcast_traffic_bytes(spec, workload))
+        / bandwidth,
         eager_attention_s=throughput.eager_attention_seconds(spec, gpu, workload, base),
+        broadcast_s=(throughput.broadcast_traffic_bytes(spec, workload) / throughput.broadcast_bytes_per_s(gpu, base)
+                     + throughput.zero3_bias_seconds(spec, strategy, gpu, workload, base)),
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
         reductions=throughput.stage2_reductions(spec, workload) if strategy.stage == 2 else 0,
@@ -159,7 +165,8 @@ def gpu_seconds(c: Features, cal: Calibration) -> float:
     """Returns the case's GPU seconds per micro-step at `cal` (no host terms, optimizer and offload apart)."""
     f, h = cal.matmul_fraction, cal.memory_fraction_for(c.gpu)
     gemm = sum(max(flops / f, size / h) for flops, size in zip(c.gemm_flops_s, c.gemm_bytes_s))
-    return gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.eager_attention_s + c.traffic_s / h
+    return (gemm + c.attention_s / cal.attention_fraction + c.masked_attention_s + c.eager_attention_s + c.broadcast_s
+            + c.traffic_s / h)
 
 
 def host_seconds(c: Features, cal: Calibration) -> float:
@@ -195,7 +202,7 @@ def fit_dense(cases: list[Features], base: Calibration) -> Calibration | None:
     flops = np.array([c.gemm_flops_s + (0.0,) * (width - len(c.gemm_flops_s)) for c in cases])
     size = np.array([c.gemm_bytes_s + (0.0,) * (width - len(c.gemm_bytes_s)) for c in cases])
     traffic = np.array([c.traffic_s for c in cases])
-    fixed = np.array([c.masked_attention_s + c.eager_attention_s for c in cases])  # measured, not fitted
+    fixed = np.array([c.masked_attention_s + c.eager_attention_s + c.broadcast_s for c in cases])  # measured, not fitted
     x = np.array([[c.attention_s, c.optimizer_param_s, c.grad_tensors] for c in cases]) / t[:, None]
     gram = x.T @ x
     if np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1e-30)) < x.shape[1]:
@@ -454,6 +461,11 @@ def summary(errors: list[float]) -> str:
     return f"{len(errors):3d} cases, median |error| {statistics.median(absolute):5.1%}, max {max(absolute):5.1%}"
 
 
+KERNEL_SHARES = ("grouped_gemm_fraction", "misaligned_gemm_fraction", "even_misaligned_gemm_fraction",
+                 "broadcast_memory_fraction")
+"""The kernels' shares of the peaks that benchmarks/kernel_rates.py measures (`--kernels`)."""
+
+
 def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON) -> None:
     """Writes the constants of `cal` and the `error` figures into catalog/step_time.json (its _about kept)."""
     data = json.loads(path.read_text())
@@ -462,9 +474,11 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
                  "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer", "host_overlap_power", "seconds_per_grad_tensor",
                  "cpu_adam_params_per_s_per_node",
-                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "link_fraction", "link_measured_on"):  # fmt: skip
+                 "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "misaligned_gemm_fraction",
+                 "even_misaligned_gemm_fraction", "broadcast_memory_fraction", "link_fraction", "link_measured_on"):  # fmt: skip
         data[name] = getattr(cal, name)
     data["gpu_memory_fraction"] = dict(cal.gpu_memory_fractions)
+    data["gpu_broadcast_fraction"] = dict(cal.gpu_broadcast_fractions)
     data["error"] = error
     path.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -479,13 +493,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="store only the errors (validate over today's cases), the committed constants kept: new "
                              "runs checked against the model without refitting it")
     parser.add_argument("--kernels", type=Path, default=None,
-                        help="benchmarks/kernel_rates.py's JSON: take grouped_gemm_fraction from it (measured, not fitted)")
+                        help="benchmarks/kernel_rates.py's JSON: take the grouped and misaligned GEMMs' shares of the "
+                             "matmul rate it has from it (measured, not fitted)")
     args = parser.parse_args(argv)
     base = load_calibration()
     if args.kernels:
-        measured = json.loads(args.kernels.read_text()).get("grouped_gemm_fraction")
-        if measured:
-            base = replace(base, grouped_gemm_fraction=float(measured))
+        measured = json.loads(args.kernels.read_text())
+        for key in KERNEL_SHARES:
+            if measured.get(key):
+                base = replace(base, **{key: float(measured[key])})
+        if measured.get("broadcast_memory_fraction") and measured.get("catalog_gpu") != base.reference_gpu:
+            own = {**dict(base.gpu_broadcast_fractions), measured["catalog_gpu"]: float(measured["broadcast_memory_fraction"])}
+            base = replace(base, broadcast_memory_fraction=load_calibration().broadcast_memory_fraction,
+                           gpu_broadcast_fractions=tuple(sorted(own.items())))  # a rate of its GPU, not the reference's
     everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None) if c.method == "full"]
     cases = [c for c in everything if c.world_size == 1]
     result = None

@@ -294,7 +294,9 @@ def test_a_gpu_other_than_the_reference_gets_its_memory_rate_from_its_own_runs()
     def error(r) -> float:
         return statistics.median(abs(predict(f, r.for_case(f)) / f.measured_s - 1) for f in h200)
 
-    assert error(result) < 0.7 * error(without)
+    # (its own fraction cut their median error by more than 30% while one HBM rate took every memory-bound byte; the
+    # broadcasting kernels, at their own measured rate per GPU, now carry part of the difference: 5.6% -> 4.2%)
+    assert error(result) < 0.8 * error(without)
     # a fit that saw no H200 run has no fraction for it: the catalog's bandwidth at the reference fraction
     assert "H200" not in fit([f for f in everything if f.gpu != "H200"]).gpu_memory
 

@@ -145,6 +145,34 @@ class Calibration:
     """MEASURED (benchmarks/kernel_rates.py on the reference GPU): a routed expert's grouped GEMM (torch's
     grouped_mm, CUTLASS) over the dense GEMM's rate at the same per-expert shape, where both are bound by
     FLOPs. 1.0 where not measured: grouped GEMMs at the dense rate, their size penalty from the roofline alone."""
+    misaligned_gemm_fraction: float = 1.0
+    """MEASURED (benchmarks/kernel_rates.py): a GEMM with a dimension that is not a multiple of 16 bytes' worth of
+    elements (8 at 16 bits: GPT-2's 50,257-token head) over the dense roofline of its shape. cuBLAS cannot take its
+    Hopper kernels for such operands and runs CUTLASS's Turing-era align1 kernels (cutlass_75_tensorop_bf16_s1688gemm
+    ..._align1). On one H200 (torch 2.11, 2026-11-29; GPT-2's head at 8,192-37,888 tokens and an odd input width):
+    0.12-0.13 of the roofline forward, 0.15-0.19 for the two gradients, median 0.165; the same head padded to
+    50,264 ran at 0.89-0.94. 1.0 where not measured: the dense rate. Measured with 16-bit operands only (fp32 GEMMs
+    run at the fp32 peak, and their alignment is not modelled)."""
+    broadcast_memory_fraction: float = 0.0
+    """MEASURED on the reference GPU: the rate of elementwise kernels that broadcast an operand, as a fraction of the
+    catalog device-memory bandwidth (gpu_broadcast_fractions for GPUs measured apart). A stride-0 operand keeps
+    TensorIterator off its vectorized kernels: they run in the generic `elementwise_kernel<128, 4,
+    gpu_kernel_impl_nocast<...>>`, at about the same 1.4-1.5 TB/s on the H100 and the H200 (132 SMs each; the
+    kernel is bound by its issue rate, not the memory's). On the H100 from its step profiles (recompute-h100-*,
+    2026-11-27: the generic kernels' time against broadcast_traffic_bytes, Llama 3.2 1B, Qwen3-1.7B and Gemma 2 2B
+    at 2-5 x 2,048, plain and checkpointed): 1.39-1.67 TB/s, median 1.44, 0.43 of 3.35. 0 where not measured: the
+    fitted HBM rate."""
+    gpu_broadcast_fractions: tuple[tuple[str, float], ...] = ()
+    """MEASURED: (catalog GPU name, broadcast_memory_fraction of that GPU). The H200 (benchmarks/kernel_rates.py on
+    ZeRO-3's separate bias add, zero3_bias_bytes: `output += bias` over a 3-D output, its time over F.linear's fused
+    bias; 2026-11-29, five shapes): 1.21-1.56 TB/s, median 0.302 of 4.8. Its step profiles agree: the generic kernels
+    took 129.5 ms a step for Qwen3-4B at 5 x 2,048 and 95.8 for Llama 3.2 3B at 8 x 2,048 (i26-kinds-h200), 1.40
+    and 1.53 TB/s of those bytes, where GPT-2 large's vectorized GELU kernels (pow, tanh, tanh_backward) ran at
+    4.0-4.4 TB/s."""
+    even_misaligned_gemm_fraction: float = 1.0
+    """MEASURED (benchmarks/kernel_rates.py), as misaligned_gemm_fraction for a GEMM whose dimensions are even but not
+    all multiples of 8 (16-bit): wider loads than align1, still not the Hopper kernels. GPT-2's head padded to 50,258
+    and 50,260 on one H200 (2026-11-29): 0.32-0.35 of the roofline in all three products. 1.0 where not measured."""
     masked_attention_fraction: float = 0.0
     """MEASURED (benchmarks/recompute_profile.py): the rate SDPA's kernels get through attention_flops of a layer
     that attends through an explicit mask (memory.sdpa_masked_layers: a sliding window the sequence reaches), as a
@@ -226,6 +254,11 @@ class Calibration:
             return self.several_gpus_median_error, self.several_gpus_max_error
         return self.median_error, self.max_error
 
+    def broadcast_fraction_for(self, gpu_name: str) -> float:
+        """Returns the broadcasting kernels' fraction of the catalog bandwidth of `gpu_name`: its own where measured
+        (gpu_broadcast_fractions), else the reference GPU's."""
+        return dict(self.gpu_broadcast_fractions).get(gpu_name, self.broadcast_memory_fraction)
+
     def memory_fraction_for(self, gpu_name: str) -> float:
         """Returns the device-memory fraction of the catalog GPU `gpu_name`: its own where fitted
         (gpu_memory_fractions), else the reference GPU's."""
@@ -262,6 +295,7 @@ def load_calibration() -> Calibration:
     names = {f.name for f in fields(Calibration)}
     values = {k: v for k, v in data.items() if k in names}
     values["gpu_memory_fractions"] = tuple(sorted((str(k), float(v)) for k, v in data.get("gpu_memory_fraction", {}).items()))
+    values["gpu_broadcast_fractions"] = tuple(sorted((str(k), float(v)) for k, v in data.get("gpu_broadcast_fraction", {}).items()))
     values.update(
         median_error=error.get("out_of_family_median", 0.0),
         max_error=error.get("out_of_family_max", 0.0),
@@ -444,6 +478,57 @@ BACKWARD_TRAFFIC_RATIO = 2
 gradient: about twice the forward's bytes (a count, not fitted)."""
 
 
+_LAYER_NORM_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi")
+"""Types normalised by nn.LayerNorm (one fused kernel); others by an RMSNorm written in PyTorch ops."""
+_ABSOLUTE_POSITION_TYPES = ("gpt2", "opt", "bloom")
+"""Types without rotary embeddings (learned positions, or ALiBi)."""
+_QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
+"""Types that RMS-normalise each head's q and k."""
+_RMS_NORM_BROADCAST_BYTES = 12
+"""Of _RMS_NORM_BYTES, the two multiplies that broadcast: x * rsqrt(variance) (the variance one per row) 4+4, and
+weight * x (the weight one per column) 2+2."""
+_ROTARY_BROADCAST_BYTES = 8
+"""Of _ROTARY_BYTES, q * cos and rotate_half(q) * sin (cos and sin shared by the heads) 2+2 each."""
+
+
+def layer_broadcast_bytes(spec: ModelSpec) -> int:
+    """Returns the bytes per token of one decoder layer's forward that broadcasting elementwise kernels move (a part
+    of layer_traffic_bytes, at Calibration.broadcast_memory_fraction): RMSNorm's two multiplies (the layer's norms
+    and Qwen3's q and k norms) and rotary's cos and sin multiplies. LayerNorm is one fused kernel."""
+    d_q = spec.num_attention_heads * spec.head_dim
+    d_kv = spec.num_key_value_heads * spec.head_dim
+    model_type = spec.model_type
+    norms = 0 if model_type in _LAYER_NORM_TYPES else (4 if model_type in _POST_NORM_TYPES else 2)
+    rotary = 0 if model_type in _ABSOLUTE_POSITION_TYPES else _ROTARY_BROADCAST_BYTES * (d_q + d_kv)
+    qk_norm = _RMS_NORM_BROADCAST_BYTES * (d_q + d_kv) if model_type in _QK_NORM_TYPES else 0
+    return norms * _RMS_NORM_BROADCAST_BYTES * spec.hidden_size + rotary + qk_norm
+
+
+def broadcast_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes of activation_traffic_bytes that broadcasting kernels move in one micro-step: each layer's
+    layer_broadcast_bytes forward, BACKWARD_TRAFFIC_RATIO times backward, and once more where checkpointing
+    recomputes the forward."""
+    passes = 1 + BACKWARD_TRAFFIC_RATIO + (1 if workload.gradient_checkpointing else 0)
+    scale = 2 if workload.precision == "fp32" else 1
+    tokens = workload.micro_batch_size * workload.seq_len
+    return float(tokens * passes * spec.num_layers * layer_broadcast_bytes(spec) * scale) + moe_broadcast_bytes(spec, workload)
+
+
+def moe_broadcast_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes of moe_traffic_bytes that broadcast: per routed copy, the sentinel masks (a (S, 1) mask over
+    the rows, forward and backward) and the routing weight's multiply and its gradient (a (S, 1) weight)."""
+    if spec.num_experts <= 1:
+        return 0.0
+    b = 4 if workload.precision == "fp32" else 2
+    p = _routed_row_bytes(spec, b)
+    h, i, k = spec.hidden_size, spec.intermediate_size, spec.num_experts_per_tok
+    masks = (2 * 2 * b if spec.gated_mlp else 2 * b) * i  # the first grouped GEMM's output, 2 wide when gated
+    forward = (4 * b + b + p) * h + masks
+    backward = (2 * p + 4 * b) * h + masks
+    passes = forward * (2 if workload.gradient_checkpointing else 1) + backward
+    return float(workload.micro_batch_size * workload.seq_len * spec.num_layers * k * passes)
+
+
 def layer_traffic_bytes(spec: ModelSpec) -> int:
     """Returns the bytes that one decoder layer's memory-bound kernels move per token in one forward (bf16). A
     mixture of experts' routed experts are in moe_traffic_bytes, with their own backward."""
@@ -453,11 +538,11 @@ def layer_traffic_bytes(spec: ModelSpec) -> int:
     d_kv = spec.num_key_value_heads * spec.head_dim
     model_type = spec.model_type
     activation = str(spec.config.get("hidden_act") or spec.config.get("activation_function") or "silu")
-    layer_norm = model_type in ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi")
+    layer_norm = model_type in _LAYER_NORM_TYPES
     norms = 4 if model_type in _POST_NORM_TYPES else 2  # gemma-2: pre- and post-norms
     norm_bytes = norms * (_LAYER_NORM_BYTES if layer_norm else _RMS_NORM_BYTES) * h
-    rotary = 0 if model_type in ("gpt2", "opt", "bloom") else _ROTARY_BYTES * (d_q + d_kv)
-    qk_norm = _RMS_NORM_BYTES * (d_q + d_kv) if model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") else 0
+    rotary = 0 if model_type in _ABSOLUTE_POSITION_TYPES else _ROTARY_BYTES * (d_q + d_kv)
+    qk_norm = _RMS_NORM_BYTES * (d_q + d_kv) if model_type in _QK_NORM_TYPES else 0
     act = (_PYTHON_GELU_BYTES if activation in ("gelu_new", "gelu_fast") else _NATIVE_ACTIVATION_BYTES) * mlp
     gate = _GATE_MULTIPLY_BYTES * mlp if spec.gated_mlp else 0
     dropout = 2 * _DROPOUT_BYTES * h if _residual_dropout(spec) > 0 else 0
@@ -683,6 +768,69 @@ _FUSED_GATE_UP = ("phi3",)
 """Types whose gated MLP projects gate and up in one linear layer (phi3 gate_up_proj)."""
 
 
+_BIASED_LINEARS = {"qwen2": ("qkv",), "qwen2_moe": ("qkv",), "opt": ("qkv", "o", "mlp"), "gpt_neox": ("qkv", "o", "mlp"),
+                   "gpt2": ()}  # fmt: skip
+"""The decoder linears that carry a bias, by model type (Qwen2's q, k and v; OPT's and GPT-NeoX's every linear);
+others read transformers' `attention_bias` (q, k, v, o) and `mlp_bias` flags, default off. GPT-2's Conv1D multiplies
+a 2-D view with addmm, its bias fused, so none of its adds run apart."""
+_BIAS_FLAGS = {"opt": "enable_bias", "gpt_neox": "attention_bias"}
+"""A type's config flag that turns its biases off (OPT's enable_bias; GPT-NeoX's attention_bias, its attention's
+only)."""
+
+
+def biased_outputs(spec: ModelSpec, workload: Workload) -> tuple[int, int]:
+    """Returns the output features per token and layer of the decoder linears with a bias (_BIASED_LINEARS), and of
+    those the ones a checkpointed forward runs again (not the MLP's output projection where its recomputation stops
+    early: unrecomputed_params)."""
+    h, i = spec.hidden_size, spec.intermediate_size
+    d_q, d_kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    config = spec.config
+    if spec.model_type in _BIASED_LINEARS:
+        parts = set(_BIASED_LINEARS[spec.model_type])
+        flag = _BIAS_FLAGS.get(spec.model_type)
+        if flag and not config.get(flag, True):
+            parts = parts & {"mlp"} if spec.model_type == "gpt_neox" else set()
+    else:
+        parts = ({"qkv", "o"} if config.get("attention_bias") else set()) | ({"mlp"} if config.get("mlp_bias") else set())
+    width = {"qkv": d_q + 2 * d_kv, "o": h, "mlp": 0}
+    down = h if "mlp" in parts and spec.num_experts <= 1 else 0
+    if down:
+        width["mlp"] = (2 * i if spec.gated_mlp else i) + down
+    outputs = sum(width[part] for part in parts)
+    return outputs, outputs - (down if unrecomputed_params(spec, workload) else 0)
+
+
+def zero3_bias_bytes(spec: ModelSpec, workload: Workload) -> float:
+    """Returns the bytes ZeRO-3's linear moves per micro-step adding biases apart from their GEMMs.
+
+    zero.Init replaces torch.nn.functional.linear with LinearFunctionForZeroStage3 (memory_efficient_linear, on by
+    default; the replacement outlives the context) and, for a 3-D input, it runs `input.matmul(weight.t())` and then
+    `output += bias`, a broadcast add that reads and writes the output once more (deepspeed/runtime/zero/linear.py),
+    where F.linear fuses the bias into the GEMM. Pythia-1.4B on one H200 (2026-11-29, i26-kinds-pythia3-h200): the
+    elementwise kernels took 69 ms a step at 13 x 2,048 under ZeRO-3 against 38.5 under ZeRO-0, 291.5 against 123.6
+    at 32 x 2,048 checkpointed: these bytes are 47 and 232 GB."""
+    outputs, recomputed = biased_outputs(spec, workload)
+    if not outputs:
+        return 0.0
+    b = 4 if workload.precision == "fp32" else 2
+    per_token = outputs + (recomputed if workload.gradient_checkpointing else 0)
+    return float(2 * b * per_token * spec.num_layers * workload.micro_batch_size * workload.seq_len)
+
+
+def zero3_bias_seconds(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: Workload,
+                       calibration: Calibration | None = None) -> float:
+    """Returns the GPU seconds per micro-step of ZeRO-3's separate bias adds (zero3_bias_bytes; 0 for other stages), a
+    broadcast, at broadcast_bytes_per_s."""
+    if strategy.stage != 3:
+        return 0.0
+    return zero3_bias_bytes(spec, workload) / broadcast_bytes_per_s(gpu, calibration)
+
+
+ALIGNED_ELEMENTS = 8
+"""16-bit elements in the 16 bytes cuBLAS's Hopper kernels (and the tensor-core paths before them) need every
+matrix's dimensions aligned to."""
+
+
 @dataclass(frozen=True)
 class Gemm:
     """Matrix multiplies of one shape in one micro-step (all layers and passes that run it): the FLOPs, and the
@@ -692,6 +840,10 @@ class Gemm:
     bytes: float
     grouped: bool = False
     """A routed expert's grouped GEMM (its FLOPs at Calibration.grouped_gemm_fraction of the matmul rate)."""
+    alignment: int = ALIGNED_ELEMENTS
+    """The largest of 1, 2, 4 and 8 that divides every dimension of the product (16-bit operands; 8 for fp32 ones,
+    whose alignment is not modelled): below 8 its FLOPs run at Calibration.misaligned_gemm_fraction (odd) or
+    even_misaligned_gemm_fraction of the matmul rate (gemm_rate_share)."""
 
 
 def layer_linears(spec: ModelSpec) -> list[tuple[int, int]]:
@@ -718,17 +870,30 @@ def layer_linears(spec: ModelSpec) -> list[tuple[int, int]]:
     return layers
 
 
+def gemm_alignment(width: int, *dims: int) -> int:
+    """Returns the largest of 1, 2, 4 and 8 elements that divides every dimension of a product of `width`-byte
+    operands (Gemm.alignment); ALIGNED_ELEMENTS for other widths than 16 bits."""
+    if width != 2:
+        return ALIGNED_ELEMENTS
+    alignment = ALIGNED_ELEMENTS
+    while alignment > 1 and any(d % alignment for d in dims):
+        alignment //= 2
+    return alignment
+
+
 def _linear_gemms(m: int, k: int, n: int, count: float, width: int, *, weight_grad: bool, forwards: int,
                   grouped: bool = False) -> list[Gemm]:
     """Returns the GEMMs of `count` linear layers (k -> n features) on m rows: `forwards` forward products
     X W (m x k by k x n), the input gradient dY W^T (m x n by n x k) and, unless frozen, the weight gradient
-    X^T dY (k x m by m x n). Each reads both inputs and writes its output once."""
+    X^T dY (k x m by m x n). Each reads both inputs and writes its output once. The three products share the
+    dimensions, and so their alignment (a grouped GEMM's rate is its own: ALIGNED_ELEMENTS)."""
     flops = 2.0 * m * k * n * count
-    forward = Gemm(forwards * flops, forwards * count * width * (m * k + k * n + m * n), grouped)
-    data_grad = Gemm(flops, count * width * (m * n + n * k + m * k), grouped)
+    alignment = ALIGNED_ELEMENTS if grouped else gemm_alignment(width, m, k, n)
+    forward = Gemm(forwards * flops, forwards * count * width * (m * k + k * n + m * n), grouped, alignment)
+    data_grad = Gemm(flops, count * width * (m * n + n * k + m * k), grouped, alignment)
     result = [forward, data_grad]
     if weight_grad:
-        result.append(Gemm(flops, count * width * (k * m + m * n + k * n), grouped))
+        result.append(Gemm(flops, count * width * (k * m + m * n + k * n), grouped, alignment))
     return result
 
 
@@ -772,13 +937,23 @@ def gemms(spec: ModelSpec, workload: Workload) -> list[Gemm]:
     return result
 
 
+def gemm_rate_share(gemm: Gemm, calibration: Calibration) -> float:
+    """Returns the share of the dense matmul rate `gemm`'s FLOPs run at: a grouped expert GEMM's measured share, a
+    misaligned product's (odd or even: Gemm.alignment), else 1."""
+    if gemm.grouped:
+        return calibration.grouped_gemm_fraction
+    if gemm.alignment >= ALIGNED_ELEMENTS:
+        return 1.0
+    return calibration.misaligned_gemm_fraction if gemm.alignment == 1 else calibration.even_misaligned_gemm_fraction
+
+
 def gemm_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
-    """Returns the seconds of the micro-step's matrix multiplies: each shape at its roofline (gemms())."""
+    """Returns the seconds of the micro-step's matrix multiplies: each shape at its roofline (gemms()), grouped and
+    misaligned ones at their share of the matmul rate (gemm_rate_share)."""
     cal = calibration or load_calibration()
     rate = matmul_flops_per_s(gpu, workload.precision, calibration)
     bandwidth = memory_bytes_per_s(gpu, calibration)
-    return sum(max(g.flops / (rate * (cal.grouped_gemm_fraction if g.grouped else 1.0)), g.bytes / bandwidth)
-               for g in gemms(spec, workload))  # fmt: skip
+    return sum(max(g.flops / (rate * gemm_rate_share(g, cal)), g.bytes / bandwidth) for g in gemms(spec, workload))
 
 
 def peak_flops(gpu: GPU, precision: str) -> float:
@@ -1168,13 +1343,29 @@ def device_traffic_bytes(spec: ModelSpec, workload: Workload) -> float:
     return activation_traffic_bytes(spec, workload) + moe_traffic_bytes(spec, workload) + attention_mask_bytes(spec, workload)
 
 
+def broadcast_bytes_per_s(gpu: GPU, calibration: Calibration | None = None) -> float:
+    """Returns the device-memory rate of broadcasting elementwise kernels on `gpu` (Calibration.broadcast_fraction_for
+    of its catalog bandwidth where measured, else the fitted HBM rate)."""
+    cal = calibration or load_calibration()
+    fraction = cal.broadcast_fraction_for(gpu.name)
+    return gpu.memory_bandwidth_bytes_per_s * fraction if fraction else memory_bytes_per_s(gpu, calibration)
+
+
+def traffic_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
+    """Returns the seconds of the micro-step's memory-bound kernels (device_traffic_bytes): the broadcasting ones
+    (broadcast_traffic_bytes) at their measured rate, the rest at the fitted HBM rate."""
+    broadcast = broadcast_traffic_bytes(spec, workload)
+    return ((device_traffic_bytes(spec, workload) - broadcast) / memory_bytes_per_s(gpu, calibration)
+            + broadcast / broadcast_bytes_per_s(gpu, calibration))
+
+
 def micro_step_gpu_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
                            calibration: Calibration | None = None) -> float:
     """Returns the GPU's seconds for one micro-step: weight matmuls at their rooflines, attention at its
-    achieved rate, memory-bound kernels at the achieved HBM rate, eager attention's scores at theirs."""
+    achieved rate, memory-bound kernels at theirs (traffic_seconds), eager attention's scores at theirs."""
     matmul_s = gemm_seconds(spec, gpu, workload, calibration)
     attention_s = attention_seconds(spec, gpu, workload, calibration) + eager_attention_seconds(spec, gpu, workload, calibration)
-    return matmul_s + attention_s + device_traffic_bytes(spec, workload) / memory_bytes_per_s(gpu, calibration)
+    return matmul_s + attention_s + traffic_seconds(spec, gpu, workload, calibration)
 
 
 def _sdpa_masked_layers(spec: ModelSpec, workload: Workload) -> int:
@@ -1278,7 +1469,8 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
     """
     cal = calibration or load_calibration()
     accum = workload.gradient_accumulation_steps
-    gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration)
+    gpu_s = micro_step_gpu_seconds(spec, gpu, workload, calibration) + zero3_bias_seconds(spec, strategy, gpu, workload,
+                                                                                         calibration)
     fetches_s = stage3_host_seconds(spec, workload, cal, buffers) if strategy.stage == 3 else 0.0
     compute_s = accum * gpu_s
     launches_s = host_seconds(spec, strategy, workload, cal, buffers)
