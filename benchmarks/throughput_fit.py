@@ -461,9 +461,9 @@ def summary(errors: list[float]) -> str:
     return f"{len(errors):3d} cases, median |error| {statistics.median(absolute):5.1%}, max {max(absolute):5.1%}"
 
 
-KERNEL_SHARES = ("grouped_gemm_fraction", "misaligned_gemm_fraction", "even_misaligned_gemm_fraction",
-                 "broadcast_memory_fraction")
-"""The kernels' shares of the peaks that benchmarks/kernel_rates.py measures (`--kernels`)."""
+KERNEL_SHARES = ("grouped_gemm_fraction", "misaligned_gemm_fraction", "even_misaligned_gemm_fraction")
+"""The GEMMs' shares of the dense roofline that benchmarks/kernel_rates.py measures (`--kernels`); its
+bias_add_memory_fraction is the broadcasting kernels' rate of the GPU it ran on (Calibration.broadcast_fraction_for)."""
 
 
 def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON) -> None:
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                              "runs checked against the model without refitting it")
     parser.add_argument("--kernels", type=Path, default=None,
                         help="benchmarks/kernel_rates.py's JSON: take the grouped and misaligned GEMMs' shares of the "
-                             "matmul rate it has from it (measured, not fitted)")
+                             "matmul rate and its GPU's broadcast rate from it (measured, not fitted)")
     args = parser.parse_args(argv)
     base = load_calibration()
     if args.kernels:
@@ -502,10 +502,12 @@ def main(argv: list[str] | None = None) -> int:
         for key in KERNEL_SHARES:
             if measured.get(key):
                 base = replace(base, **{key: float(measured[key])})
-        if measured.get("broadcast_memory_fraction") and measured.get("catalog_gpu") != base.reference_gpu:
-            own = {**dict(base.gpu_broadcast_fractions), measured["catalog_gpu"]: float(measured["broadcast_memory_fraction"])}
-            base = replace(base, broadcast_memory_fraction=load_calibration().broadcast_memory_fraction,
-                           gpu_broadcast_fractions=tuple(sorted(own.items())))  # a rate of its GPU, not the reference's
+        broadcast, gpu = measured.get("bias_add_memory_fraction"), measured.get("catalog_gpu")
+        if broadcast and gpu == base.reference_gpu:
+            base = replace(base, broadcast_memory_fraction=float(broadcast))
+        elif broadcast:  # a rate of its own GPU, not the reference's
+            own = {**dict(base.gpu_broadcast_fractions), gpu: float(broadcast)}
+            base = replace(base, gpu_broadcast_fractions=tuple(sorted(own.items())))
     everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None) if c.method == "full"]
     cases = [c for c in everything if c.world_size == 1]
     result = None
