@@ -12,16 +12,17 @@ Measures, each against what zero_planner/plan/throughput.py predicts with the co
     three products a linear layer runs (forward X W^T, input gradient dY W, weight gradient dY^T X), beside the
     same shape rounded up to a multiple of 8: the ratio roofline/measured, median over the products of the shapes
     with an odd dimension (misaligned_gemm_fraction) and over those whose dimensions are even but not all multiples
-    of 8 (even_misaligned_gemm_fraction); the step-time model does not use them yet (benchmarks/kernel_classes.py);
+    of 8 (Calibration.misaligned_gemm_fraction and even_misaligned_gemm_fraction; benchmarks/kernel_classes.py);
   - ZeRO-3's linear (deepspeed/runtime/zero/linear.py LinearFunctionForZeroStage3): a 3-D input's bias is added in
     a separate `output += bias` where F.linear fuses it into the GEMM; the extra time against F.linear and the
     bandwidth that implies for the add's 4 bytes per output element, median over the shapes as a share of the
-    catalog bandwidth (bias_add_memory_fraction: a broadcasting kernel's rate, kernel_classes.py);
+    catalog bandwidth (bias_add_memory_fraction: the broadcasting kernels' rate on this GPU,
+    Calibration.broadcast_fraction_for; kernel_classes.py);
   - elementwise kernels by class on 16,384 x 4,096 bf16 tensors (vectorized, broadcasting a row or a column, strided,
     a reduction, a cat, a transpose copy): the rate each moves its bytes at (kernel_classes.py);
   - this host's DeepSpeed CPU Adam rate (zero_planner/plan/host_rates.py, the figure zero-plan --gpus auto measures).
 Writes one JSON with the GPU, versions, every shape's time and the summary figures; `python
-benchmarks/throughput_fit.py --kernels FILE --write` takes grouped_gemm_fraction from it.
+benchmarks/throughput_fit.py --kernels FILE --write` takes the GEMMs' shares and the broadcast rate from it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ DENSE = [(16384, 2048, 8192), (16384, 8192, 2048), (16384, 2048, 512), (16384, 8
 """(tokens, in, out): llama/qwen projections, a GQA k/v projection, a 7B MLP, short micro-batches, GPT-2's head."""
 GROUPED = [(8, 2048, 1536, 8192), (8, 14336, 1536, 8192), (32, 2048, 1024, 1024), (32, 512, 1024, 1024),
            (64, 512, 2048, 2816), (128, 256, 2048, 1536), (128, 64, 2048, 1536), (60, 1024, 2048, 2816)]  # fmt: skip
+"""(experts, tokens per expert, in, out): Mixtral-like, the suites' MoE shapes (32 experts top-8, Qwen-MoE-like
+60 experts), Qwen3-30B-A3B-like 128 experts at 256 and 64 tokens each."""
 MISALIGNED = [(16384, 1024, 50257), (37888, 1280, 50257), (8192, 1600, 50257), (16384, 1024, 50258),
               (16384, 1024, 50260), (16384, 1024, 50264), (16384, 1023, 4096)]  # fmt: skip
 """(tokens, in, out): GPT-2 medium, large and XL's tied head (50,257, odd), the same head padded to 50,258 and 50,260
@@ -53,8 +56,6 @@ BIASED = [(13, 2048, 2048, 6144), (13, 2048, 8192, 2048), (4, 4096, 3584, 4608),
           (13, 2048, 2048, 8192)]  # fmt: skip
 """(batch, seq, in, out) of a biased linear on a 3-D input: Pythia-1.4B's fused qkv and its MLP down projection at
 the 13 x 2,048 its sweep ran, Qwen2.5-7B's q, k and v (one stacked shape) at 4 x 4,096, and two more widths."""
-"""(experts, tokens per expert, in, out): Mixtral-like, the suites' MoE shapes (32 experts top-8, Qwen-MoE-like
-60 experts), Qwen3-30B-A3B-like 128 experts at 256 and 64 tokens each."""
 
 
 def _time(fn, repeats: int = 20) -> float:

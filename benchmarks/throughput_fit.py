@@ -130,6 +130,8 @@ def features(case, base: Calibration | None = None) -> Features:
     bandwidth = gpu.memory_bandwidth_bytes_per_s
     stage3_across_ranks = strategy.stage == 3 and workload.world_size > 1  # gathers and reductions span ranks
     masked = throughput.masked_attention_share(spec, workload, base)
+    shapes = throughput.gemms(spec, workload)
+    broadcast = throughput.broadcast_traffic_bytes(spec, workload)
     return Features(
         name=case.name,
         family=family_of(case),
@@ -138,14 +140,13 @@ def features(case, base: Calibration | None = None) -> Features:
         strategy=case.strategy,
         measured_s=case.seconds,
         matmul_s=throughput.matmul_flops(spec, workload) / peak,
-        gemm_flops_s=tuple(g.flops / peak / throughput.gemm_rate_share(g, base) for g in throughput.gemms(spec, workload)),
-        gemm_bytes_s=tuple(g.bytes / bandwidth for g in throughput.gemms(spec, workload)),
+        gemm_flops_s=tuple(g.flops / peak / throughput.gemm_rate_share(g, base) for g in shapes),
+        gemm_bytes_s=tuple(g.bytes / bandwidth for g in shapes),
         attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
         masked_attention_s=throughput.masked_attention_seconds(spec, gpu, workload, base),
-        traffic_s=(throughput.device_traffic_bytes(spec, workload) - throughput.broadcast_traffic_bytes(spec, workload))
-        / bandwidth,
+        traffic_s=(throughput.device_traffic_bytes(spec, workload) - broadcast) / bandwidth,
         eager_attention_s=throughput.eager_attention_seconds(spec, gpu, workload, base),
-        broadcast_s=(throughput.broadcast_traffic_bytes(spec, workload) / throughput.broadcast_bytes_per_s(gpu, base)
+        broadcast_s=(broadcast / throughput.broadcast_bytes_per_s(gpu, base)
                      + throughput.zero3_bias_seconds(spec, strategy, gpu, workload, base)),
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
         fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,

@@ -447,7 +447,7 @@ SUITES = {
     # same two steps as i26-kinds-pythia-h200 under ZeRO-3, beside those ZeRO-0 profiles
     "i26-kinds-pythia3-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                                "profiles": [("pythia-1.4b", 2048, "3", False, 13), ("pythia-1.4b", 2048, "3", True, 32)]},
-    # a GPT-2 size no run has timed, predicted before it ran with the misaligned head's measured rate (its 50,257-token
+    # a GPT-2 size no run has timed, predicted before it ran (by the model before the kernel classes; its 50,257-token
     # head runs CUTLASS's align1 kernels at 0.12-0.19 of the roofline, benchmarks/kernel_rates.py): GPT-2 XL at 1,024
     # tokens, every candidate without offload on one H200, one wait per step
     "i26-gpt2-xl-h200": {"gpu": "H200", "settings": [("gpt2-xl", 1024)], "ladders": [], "strategies": NO_OFFLOAD,

@@ -149,10 +149,11 @@ class Calibration:
     """MEASURED (benchmarks/kernel_rates.py): a GEMM with a dimension that is not a multiple of 16 bytes' worth of
     elements (8 at 16 bits: GPT-2's 50,257-token head) over the dense roofline of its shape. cuBLAS cannot take its
     Hopper kernels for such operands and runs CUTLASS's Turing-era align1 kernels (cutlass_75_tensorop_bf16_s1688gemm
-    ..._align1). On one H200 (torch 2.11, 2026-11-29; GPT-2's head at 8,192-37,888 tokens and an odd input width):
-    0.12-0.13 of the roofline forward, 0.15-0.19 for the two gradients, median 0.165; the same head padded to
-    50,264 ran at 0.89-0.94. 1.0 where not measured: the dense rate. Measured with 16-bit operands only (fp32 GEMMs
-    run at the fp32 peak, and their alignment is not modelled)."""
+    ..._align1). On one H200 (torch 2.11, 2026-11-29, kernels-h200-2026-11-29.json; GPT-2's head at 8,192-37,888
+    tokens and an odd input width): 0.12-0.13 of the roofline forward, 0.15-0.19 for the two gradients, median 0.163
+    (0.156 and 0.165 in two earlier calls); the same head padded to 50,264 ran at 0.89-1.00. 1.0 where not measured:
+    the dense rate. Measured with 16-bit operands only (fp32 GEMMs run at the fp32 peak, and their alignment is not
+    modelled)."""
     broadcast_memory_fraction: float = 0.0
     """MEASURED on the reference GPU: the rate of elementwise kernels that broadcast an operand, as a fraction of the
     catalog device-memory bandwidth (gpu_broadcast_fractions for GPUs measured apart). A stride-0 operand keeps
@@ -165,14 +166,15 @@ class Calibration:
     gpu_broadcast_fractions: tuple[tuple[str, float], ...] = ()
     """MEASURED: (catalog GPU name, broadcast_memory_fraction of that GPU). The H200 (benchmarks/kernel_rates.py on
     ZeRO-3's separate bias add, zero3_bias_bytes: `output += bias` over a 3-D output, its time over F.linear's fused
-    bias; 2026-11-29, five shapes): 1.21-1.56 TB/s, median 0.302 of 4.8. Its step profiles agree: the generic kernels
-    took 129.5 ms a step for Qwen3-4B at 5 x 2,048 and 95.8 for Llama 3.2 3B at 8 x 2,048 (i26-kinds-h200), 1.40
-    and 1.53 TB/s of those bytes, where GPT-2 large's vectorized GELU kernels (pow, tanh, tanh_backward) ran at
-    4.0-4.4 TB/s."""
+    bias; 2026-11-29, three calls of three to five shapes): 1.13-1.72 TB/s, median 0.30 of 4.8 in each call. Its step
+    profiles agree: the generic kernels took 129.5 ms a step for Qwen3-4B at 5 x 2,048 and 95.8 for Llama 3.2 3B at
+    8 x 2,048 (i26-kinds-h200), 1.40 and 1.53 TB/s of those bytes, where GPT-2 large's vectorized GELU kernels (pow,
+    tanh, tanh_backward) ran at 3.9-4.4 TB/s."""
     even_misaligned_gemm_fraction: float = 1.0
     """MEASURED (benchmarks/kernel_rates.py), as misaligned_gemm_fraction for a GEMM whose dimensions are even but not
     all multiples of 8 (16-bit): wider loads than align1, still not the Hopper kernels. GPT-2's head padded to 50,258
-    and 50,260 on one H200 (2026-11-29): 0.32-0.35 of the roofline in all three products. 1.0 where not measured."""
+    and 50,260 on one H200 (2026-11-29): 0.32-0.36 of the roofline in all three products, median 0.339. 1.0 where
+    not measured."""
     masked_attention_fraction: float = 0.0
     """MEASURED (benchmarks/recompute_profile.py): the rate SDPA's kernels get through attention_flops of a layer
     that attends through an explicit mask (memory.sdpa_masked_layers: a sliding window the sequence reaches), as a
@@ -294,8 +296,8 @@ def load_calibration() -> Calibration:
     error = data.get("error", {})
     names = {f.name for f in fields(Calibration)}
     values = {k: v for k, v in data.items() if k in names}
-    values["gpu_memory_fractions"] = tuple(sorted((str(k), float(v)) for k, v in data.get("gpu_memory_fraction", {}).items()))
-    values["gpu_broadcast_fractions"] = tuple(sorted((str(k), float(v)) for k, v in data.get("gpu_broadcast_fraction", {}).items()))
+    for name, key in (("gpu_memory_fractions", "gpu_memory_fraction"), ("gpu_broadcast_fractions", "gpu_broadcast_fraction")):
+        values[name] = tuple(sorted((str(k), float(v)) for k, v in data.get(key, {}).items()))
     values.update(
         median_error=error.get("out_of_family_median", 0.0),
         max_error=error.get("out_of_family_max", 0.0),
@@ -525,8 +527,8 @@ def moe_broadcast_bytes(spec: ModelSpec, workload: Workload) -> float:
     masks = (2 * 2 * b if spec.gated_mlp else 2 * b) * i  # the first grouped GEMM's output, 2 wide when gated
     forward = (4 * b + b + p) * h + masks
     backward = (2 * p + 4 * b) * h + masks
-    passes = forward * (2 if workload.gradient_checkpointing else 1) + backward
-    return float(workload.micro_batch_size * workload.seq_len * spec.num_layers * k * passes)
+    per_copy = forward * (2 if workload.gradient_checkpointing else 1) + backward
+    return float(workload.micro_batch_size * workload.seq_len * spec.num_layers * k * per_copy)
 
 
 def layer_traffic_bytes(spec: ModelSpec) -> int:
@@ -792,11 +794,9 @@ def biased_outputs(spec: ModelSpec, workload: Workload) -> tuple[int, int]:
             parts = parts & {"mlp"} if spec.model_type == "gpt_neox" else set()
     else:
         parts = ({"qkv", "o"} if config.get("attention_bias") else set()) | ({"mlp"} if config.get("mlp_bias") else set())
-    width = {"qkv": d_q + 2 * d_kv, "o": h, "mlp": 0}
-    down = h if "mlp" in parts and spec.num_experts <= 1 else 0
-    if down:
-        width["mlp"] = (2 * i if spec.gated_mlp else i) + down
-    outputs = sum(width[part] for part in parts)
+    mlp = ((2 * i if spec.gated_mlp else i) + h) if spec.num_experts <= 1 else 0  # routed experts carry no bias
+    outputs = sum({"qkv": d_q + 2 * d_kv, "o": h, "mlp": mlp}[part] for part in parts)
+    down = h if "mlp" in parts and mlp else 0
     return outputs, outputs - (down if unrecomputed_params(spec, workload) else 0)
 
 
@@ -808,7 +808,7 @@ def zero3_bias_bytes(spec: ModelSpec, workload: Workload) -> float:
     `output += bias`, a broadcast add that reads and writes the output once more (deepspeed/runtime/zero/linear.py),
     where F.linear fuses the bias into the GEMM. Pythia-1.4B on one H200 (2026-11-29, i26-kinds-pythia3-h200): the
     elementwise kernels took 69 ms a step at 13 x 2,048 under ZeRO-3 against 38.5 under ZeRO-0, 291.5 against 123.6
-    at 32 x 2,048 checkpointed: these bytes are 47 and 232 GB."""
+    at 32 x 2,048 checkpointed: these bytes are 47 and 219 GB, 1.58 and 1.31 TB/s (benchmarks/kernel_classes.py)."""
     outputs, recomputed = biased_outputs(spec, workload)
     if not outputs:
         return 0.0
