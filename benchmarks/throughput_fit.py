@@ -88,7 +88,7 @@ class Features:
     """Seconds of the masked layers' attention at the measured masked_attention_fraction (not fitted)."""
     eager_attention_s: float = 0.0
     """Seconds of eager attention's score kernels at the measured eager_scores_memory_fraction (not fitted; 0 under
-    SDPA, as every fitted run)."""
+    SDPA, as every fitted run), or of SDPA's math kernel, its products and score kernels at their measured rates."""
     broadcast_s: float = 0.0
     """Seconds of the broadcasting kernels at the measured broadcast_memory_fraction (throughput.broadcast_traffic_bytes,
     out of traffic_s, and ZeRO-3's separate bias adds, zero3_bias_seconds; not fitted)."""
@@ -132,6 +132,8 @@ def features(case, base: Calibration | None = None) -> Features:
     masked = throughput.masked_attention_share(spec, workload, base)
     shapes = throughput.gemms(spec, workload)
     broadcast = throughput.broadcast_traffic_bytes(spec, workload)
+    # SDPA's math kernel runs its products at their own measured rate (throughput.attention_seconds), not the fitted one
+    math_kernel = throughput.sdpa_math_kernel(spec, workload)
     return Features(
         name=case.name,
         family=family_of(case),
@@ -142,10 +144,11 @@ def features(case, base: Calibration | None = None) -> Features:
         matmul_s=throughput.matmul_flops(spec, workload) / peak,
         gemm_flops_s=tuple(g.flops / peak / throughput.gemm_rate_share(g, base) for g in shapes),
         gemm_bytes_s=tuple(g.bytes / bandwidth for g in shapes),
-        attention_s=throughput.attention_flops(spec, workload) * (1 - masked) / peak,
+        attention_s=0.0 if math_kernel else throughput.attention_flops(spec, workload) * (1 - masked) / peak,
         masked_attention_s=throughput.masked_attention_seconds(spec, gpu, workload, base),
         traffic_s=(throughput.device_traffic_bytes(spec, workload) - broadcast) / bandwidth,
-        eager_attention_s=throughput.eager_attention_seconds(spec, gpu, workload, base),
+        eager_attention_s=(throughput.eager_attention_seconds(spec, gpu, workload, base)
+                           + (throughput.attention_seconds(spec, gpu, workload, base) if math_kernel else 0.0)),
         broadcast_s=(broadcast / throughput.broadcast_bytes_per_s(gpu, base)
                      + throughput.zero3_bias_seconds(spec, strategy, gpu, workload, base)),
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,

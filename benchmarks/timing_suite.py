@@ -78,6 +78,12 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
   i26-gpt2-xl-h200         GPT-2 XL (48 layers, hidden 1,600; its 50,257-token head on misaligned GEMMs) at 1,024
                            tokens, every candidate without offload on one H200, one wait per step, predicted before it ran
   i26-kinds-gpt2xl-h200    GPT-2 XL's ZeRO-0 at 11 x 1,024 (half its pick) on one H200, profiled by kernel kind
+  i26-falcon-path-h200     Falcon-7B trimmed to 4 layers (multi-query: one K/V head, which SDPA's fused kernels refuse)
+                           at 2,048 tokens on one H200: ZeRO-0 at 1, 2 and 4, and at 4 and 8 with checkpointing
+  i26-falcon-7b-h200       Falcon-7B (SDPA's math kernel) at 2,048 tokens, every candidate without offload on one H200
+                           (ZeRO-3 at 7 with checkpointing), at 4 and at 8 too, one wait per step, predicted before it ran
+  i26-falcon-7b-pick-h200  Falcon-7B's pick on one H200 once the math kernel's backward is counted (ZeRO-3 at 5 with
+                           checkpointing), and 6 above it
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
 """
@@ -463,6 +469,20 @@ SUITES = {
     # where the model's one-GPU step time goes wrong at the GPU-bound micro-batches auto picks: each step's kernel
     # seconds by kind (GEMMs, attention, the memory-bound rest, the fused optimizer) and its idle time, beside the
     # model's parts. The model is 4-9% slow on Qwen3-4B, GPT-2 large and Llama 3.2 3B's picks, 4% fast on Phi-3's
+    # Falcon-7B's multi-query attention hands SDPA one K/V head for 71 query heads without enable_gqa: torch's fused
+    # kernels refuse those shapes and the math kernel keeps fp32 scores, which the memory model's trace (fused
+    # kernels) does not count. The memory per phase of a trimmed Falcon up the micro-batches, one wait per step
+    "i26-falcon-path-h200": {"gpu": "H200", "settings": [], "phase_sync": False,
+                             "ladders": [("falcon-7b-4l", 2048, "0", False, (1, 2, 4)),
+                                         ("falcon-7b-4l", 2048, "0", True, (4, 8))]},
+    # the whole Falcon-7B where zero-plan puts it, once the memory and step-time models count the math kernel:
+    # every candidate without offload at the largest micro-batch that fits, one wait per step, predicted before it ran
+    # (only ZeRO-3 with checkpointing fits: 7 x 2,048), with the micro-batch above it and one at about half
+    "i26-falcon-7b-h200": {"gpu": "H200", "settings": [("falcon-7b", 2048)], "strategies": NO_OFFLOAD,
+                           "ladders": [("falcon-7b", 2048, "3", True, (4, 8))], "phase_sync": False},
+    # the pick once the backward's three fp32 score gradients are counted (5), and the micro-batch above it (6)
+    "i26-falcon-7b-pick-h200": {"gpu": "H200", "settings": [("falcon-7b", 2048)], "strategies": NO_OFFLOAD,
+                                "ladders": [("falcon-7b", 2048, "3", True, (6,))], "phase_sync": False},
     "i26-kinds-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                        "profiles": [("qwen3-4b", 2048, "0", False, 5), ("gpt2-large", 1024, "0", False, 37),
                                     ("llama3.2-3b", 2048, "0", False, 8), ("phi3-mini", 2048, "0", False, 8),

@@ -334,7 +334,8 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     # candidates, predicted before it ran), and Qwen3-4B and GPT-2 large on one H200 (the same day, eight candidates
     # each); OPT-1.3B and Pythia-1.4B on one H200 (2026-11-29, seventeenth session: two families no run had timed,
     # eight candidates each); GPT-2 XL on one H200 (2026-11-29, eighteenth session, eight candidates, predicted before
-    # it ran).
+    # it ran); Falcon-7B's pick on one H200 (2026-11-29, nineteenth session: SDPA's math kernel; ZeRO-3 at 5 with
+    # checkpointing, alone: the rest of that call and the call before were ladders, or ran out of memory).
     # The eager/SDPA pairs timed the same way are no planner setting.
     several = {"h200x2-i26-gemma2-one-sync-2026-11-27.jsonl", "h200x2-i26-gemma2-eager-2026-11-28.jsonl",
                "h200x4-i26-gemma2-eager-2026-11-28.jsonl", "h200x2-i26-gemma2-eager-cap-2026-11-28.jsonl",
@@ -343,8 +344,9 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
                "h200x2-i26-moved-2026-11-28.jsonl", "h200x2-i26-llama8b-2026-11-28.jsonl"}
     assert files == several | {"h200x1-i26-qwen1.5b-cap-2026-11-28.jsonl", "h200x1-i26-qwen3-4b-2026-11-28.jsonl",
                                "h200x1-i26-gpt2-large-2026-11-28.jsonl", "h200x1-i26-opt-1.3b-2026-11-29.jsonl",
-                               "h200x1-i26-pythia-1.4b-2026-11-29.jsonl", "h200x1-i26-gpt2-xl-2026-11-29.jsonl"}
-    assert len(one_sync) == 37 + 5 + 8 + 6 + 12 + 6 + 8 + 8 + 8 + 8 + 8  # fmt: skip
+                               "h200x1-i26-pythia-1.4b-2026-11-29.jsonl", "h200x1-i26-gpt2-xl-2026-11-29.jsonl",
+                               "h200x1-i26-falcon-7b-pick-2026-11-29.jsonl"}
+    assert len(one_sync) == 37 + 5 + 8 + 6 + 12 + 6 + 8 + 8 + 8 + 8 + 8 + 1  # fmt: skip
     assert not {c.name for c in one_sync} & {c.name for c in measured_cases(4096, gpus=None)}
     ratios = several_gpus(4096)
     out = capsys.readouterr().out.splitlines()

@@ -57,8 +57,12 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
             q, k, v, _, _ = ctx.saved_tensors
             return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
+    math_sdpa = F.scaled_dot_product_attention
+
     def sdpa(q, k, v, *args, **kwargs):
-        return KeptBySdpaKernels.apply(q, k, v)
+        if fused_sdpa_takes(q, k, kwargs.get("enable_gqa", False)):
+            return KeptBySdpaKernels.apply(q, k, v)
+        return math_sdpa(q, k, v, *args, **kwargs)  # the math kernel, as CUDA runs it: it keeps the scores
 
     class KeptByFusedDropout(torch.autograd.Function):
         # CUDA's fused dropout keeps a 1-byte mask; on the meta device dropout is composite and keeps a
@@ -122,12 +126,7 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
     original = F.scaled_dot_product_attention, F.dropout, F.linear
     F.dropout = fused_dropout
-    gqa = values.get("num_key_value_heads", values.get("num_attention_heads")) != values.get("num_attention_heads")
-    if not (dtype == "float32" and gqa):
-        F.scaled_dot_product_attention = sdpa
-    # else: fp32 with grouped-query attention runs SDPA's math kernel on CUDA (no fused kernel takes fp32 with
-    # enable_gqa), which keeps the fp32 attention probabilities like eager attention; so does the meta device.
-    # Measured: fp32 Qwen2.5-0.5B kept 61 KB per token and layer more than the fused-kernel count (H100).
+    F.scaled_dot_product_attention = sdpa
     if zero3_linear:
         F.linear = KeptByZero3Linear.apply
     try:
@@ -136,6 +135,26 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
     finally:
         F.scaled_dot_product_attention, F.dropout, F.linear = original
     return sum(seen.values())
+
+
+def fused_sdpa_takes(q, k, enable_gqa: bool) -> bool:
+    """Whether CUDA's fused SDPA kernels (flash, memory-efficient, cuDNN) take a call with these query and key
+    shapes, as torch 2.11's sdp_utils decides: they need as many key/value heads as query heads unless the caller
+    passes enable_gqa, and none takes fp32 with enable_gqa. Otherwise the math kernel runs, upcasting 16-bit
+    inputs to fp32 and keeping the fp32 attention probabilities, as eager attention keeps its scores (the meta
+    device runs the same composite).
+
+    Measured on one H200 (benchmarks/sdpa_path.py, torch 2.11, transformers 5.17, 2026-11-29): Falcon-7B's
+    multi-query attention (71 query heads, one K/V head, no enable_gqa) took the math kernel (ToCopyBackward0,
+    softmax_warp_forward<float>) and a decoder layer kept 1.434 GB at 1 x 2,048 tokens, 700 KB per token where
+    the fused kernels' count is 110 KB; Llama 3.2 1B's grouped-query attention (enable_gqa) took cuDNN's flash
+    kernel. Measured earlier: fp32 Qwen2.5-0.5B (grouped-query) kept 61 KB per token and layer more than the
+    fused-kernel count (H100)."""
+    import torch
+
+    if q.shape[-3] == k.shape[-3]:
+        return True
+    return bool(enable_gqa) and q.dtype != torch.float32
 
 
 def _runs(config_dict: dict[str, Any], dtype: str) -> bool:
@@ -163,7 +182,7 @@ def attention_coefficients(config_dict: dict[str, Any], dtype: str, attn: str) -
     layer = [(b - a) / s for a, b, s in zip(one, two, (s1, s2))]  # bytes per token, at s1 and s2
     per_seq = (layer[1] - layer[0]) / (s2 - s1)
     base = layer[0] - per_seq * s1
-    if attn == "eager":
+    if attn == "eager" or per_seq >= 1:  # scores kept (eager, or SDPA's math kernel): at least one head's 16-bit row
         s3 = EAGER_TRACE_SEQ
         layer3 = (_saved_bytes(config_dict, 2, s3, dtype, attn) - _saved_bytes(config_dict, 1, s3, dtype, attn)) / s3
         # layer(s) = a + b s + c / s through the three points: b from the two slopes, the 1/s part cancelled
@@ -234,7 +253,10 @@ def lora_dtype_coefficients(config_dict: dict[str, Any], dtype: str) -> dict[str
         runs[lora] = ((two - one) / s, one / s - (two - one) / s)  # (layer, rest) per token
     (l1, rest), (l2, _), (ld, rest_d) = runs[(r1, 0.0)], runs[(r2, 0.0)], runs[(r1, LORA_TRACE_DROPOUT)]
     per_r = (l2 - l1) / (r2 - r1)
-    out = {"layer": round(l1 - per_r * r1, 3), "layer_per_r": round(per_r, 3),
+    # where SDPA takes the math kernel (fused_sdpa_takes), the layer keeps scores that grow with the sequence: the
+    # table holds the rest, and memory.py adds the SDPA table's layer_per_seq at the run's length, as for eager
+    scores = attention_coefficients(config_dict, dtype, "sdpa")["layer_per_seq"] * s
+    out = {"layer": round(l1 - scores - per_r * r1, 3), "layer_per_r": round(per_r, 3),
            "layer_dropout": round(ld - l1, 3), "rest": round(rest, 3), "rest_dropout": round(rest_d - rest, 3)}  # fmt: skip
     # LoRA under ZeRO-3 (base built in deepspeed.zero.Init): frozen linear layers keep their inputs again.
     for lora, name in (((r1, 0.0), "zero3_layer_extra"), ((r1, LORA_TRACE_DROPOUT), "zero3_layer_extra_dropout")):

@@ -303,6 +303,10 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
     # Both measured at exactly 6.0 and 8.0 bytes per logit on six architectures (benchmarks/results).
     forward_extra = (2 + 4 if width == 2 else 4) * logits
     backward_extra = 8 * logits
+    scores = math_attention_backward_bytes(spec, workload, coef)
+    if scores and not workload.gradient_checkpointing:
+        # the last layer's attention backward, after the loss's (whose gradients are freed by then)
+        backward_extra = max(backward_extra, tokens * scores)
     if workload.gradient_checkpointing:
         # The recomputed layer's saved activations, plus the MLP backward's intermediate-sized gradients that
         # are alive together: of down_proj's input, of act(gate) and of up (two without a gate). Measured
@@ -313,9 +317,29 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         # (4 bytes per logit, inside `saved`) is freed before the first layer is recomputed. Measured: Mistral-7B
         # shape (8 layers, 32k vocabulary) at 8 x 4096 tokens peaked in the loss backward, 1.1 GiB below a
         # recompute term that still counted it (H200, 24 GiB slice).
-        backward_extra = max(backward_extra, tokens * (layer + mask_per_token + grads) - 4 * logits)
+        backward_extra = max(backward_extra, tokens * (layer + mask_per_token + grads + scores) - 4 * logits)
     saved = math.ceil(saved)
     return Activations(saved, saved + forward_extra, saved + math.ceil(backward_extra))
+
+
+MATH_SDPA_BACKWARD_SCORE_BYTES = 12
+"""Bytes per attention score alive at once in the backward of SDPA's math kernel (fp32 scores), while the
+probabilities it kept are still saved: the PV matmul's gradient of the probabilities, _safe_softmax's gradient
+through its fully-masked-row guard, and softmax backward's gradient of the scores, 4 + 4 + 4 (torch 2.11's
+composite math kernel; models/activations.fused_sdpa_takes says when it runs). Measured on one H200 (2026-11-29,
+benchmarks/sdpa_path.py: SDPA alone at Falcon-7B's 71 query heads and one K/V head, 1 x 2,048, bf16): the backward
+peaked 12.0 bytes per score above what the forward left. In the trimmed Falcon's whole step (4 layers) the
+backward rose 9.5 bytes per score above the forward's end, where the loss's kept log-softmax (1.9 bytes per score
+there) is already freed; Falcon-7B's ZeRO-3 at 4 x 2,048 with checkpointing peaked at 124.25 GiB against 124.8
+with this term (120.4 with 8 bytes, which put the planner's pick at 7 sequences: it ran out of memory)."""
+
+
+def math_attention_backward_bytes(spec: ModelSpec, workload: Workload, coef: dict[str, float]) -> float:
+    """Returns the bytes per token one layer's attention backward holds beyond what it saved, where SDPA runs its
+    math kernel (the traced SDPA table keeps scores: layer_per_seq > 0); 0 otherwise (fused kernels, eager)."""
+    if workload.attn_implementation != "sdpa" or coef.get("layer_per_seq", 0) <= 0:
+        return 0.0
+    return MATH_SDPA_BACKWARD_SCORE_BYTES * spec.num_attention_heads * workload.seq_len
 
 
 # Types whose every layer takes the config's sliding window (transformers: create_sliding_window_causal_mask

@@ -197,6 +197,18 @@ class Calibration:
     where one ran both; the median of those fourteen pairs was 0.53). The same share on both GPUs, where their
     memory-bound kernels differ (0.65, 0.55). Lent to other GPUs as the other fractions are. 0 where not measured:
     the GPU's fitted memory rate."""
+    math_sdpa_matmul_fraction: float = 0.0
+    """MEASURED (benchmarks/sdpa_path.py, one H200, torch 2.11, 2026-11-29): the rate of SDPA's math kernel's two
+    products (QK^T and PV in fp32, the key and value expanded over the heads; sdpa_math_kernel) as a fraction of
+    the catalog fp32 peak: at Falcon-7B's 71 heads of 64 and one K/V head, 1 x 2,048, their forward and backward
+    alone took 6.20 ms for 229 GFLOP, 36.9 TFLOP/s, 0.551 of 66.9. Lent to other GPUs as the other fractions are.
+    0: matmul_fraction."""
+    math_sdpa_memory_fraction: float = 0.0
+    """MEASURED (the same call): the rate of the math kernel's elementwise kernels (_MATH_SCORE_FORWARD_BYTES and
+    _BACKWARD_BYTES per score) as a fraction of the catalog bandwidth: the whole SDPA call's forward and backward
+    took 11.53 ms, 5.33 more than its products alone, for 74 bytes over 297.8M scores: 4.13 TB/s, 0.861 of 4.8
+    (fp32, contiguous, vectorized: the eager scores' rate, 0.54, is of 16-bit kernels with casts). 0:
+    eager_scores_memory_fraction."""
     host_seconds_per_layer: float = 0.0
     """FITTED: host seconds of one decoder layer's forward and backward (its Python, autograd and kernel
     launches), the floor of a micro-step whose GPU work is shorter: GPT-2 medium at 4 x 1,024 tokens took 0.155
@@ -1299,6 +1311,28 @@ _EAGER_SOFTCAP_BACKWARD_BYTES = 14
 """Its backward: the multiply 2+2, tanh's 2+2+2 (the saved output), the divide 2+2."""
 
 
+_MATH_SCORE_FORWARD_BYTES = 38
+"""SDPA's math kernel (torch 2.11, composite; fp32 scores whatever the precision), per score element in forward:
+the QK^T matmul's output 4, `add_` of the causal mask 4+4, _safe_softmax's softmax 4+4, its `eq(-inf)` 4+1, `all`
+over the row 1, `where` 4+4, the PV matmul's read 4."""
+_MATH_SCORE_BACKWARD_BYTES = 36
+"""Its backward: the PV matmul's gradient of the probabilities 4 and read of them 4, `where`'s backward 4+4, softmax
+backward 4+4+4, the QK^T matmul's two reads 4+4."""
+
+
+def sdpa_math_kernel(spec: ModelSpec, workload: Workload) -> bool:
+    """Whether the model's SDPA call runs torch's math kernel (fp32 scores materialized and kept): its traced SDPA
+    table keeps bytes that grow with the sequence (models/activations.fused_sdpa_takes: key/value heads fewer than
+    the query's without enable_gqa, Falcon-7B's multi-query attention; fp32 with grouped-query attention)."""
+    if workload.attn_implementation != "sdpa" or not spec.activations:
+        return False
+    try:
+        table = spec.activations["fp32" if workload.precision == "fp32" else "16bit"]["sdpa"]
+    except (KeyError, TypeError):
+        return False
+    return table.get("layer_per_seq", 0) > 0
+
+
 def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the bytes eager attention's score kernels move in one micro-step (0 under SDPA, whose kernels keep
     the scores on chip).
@@ -1308,7 +1342,14 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     s; benchmarks/zero_run/gemma2-2b-eager-*, h200x2-i26-gemma2-one-sync-2026-11-27.jsonl) and 504 ms more at ZeRO-0
     13 x 2,048 with checkpointing (2.062 against 1.558 s); these bytes at Calibration.eager_scores_memory_fraction
     (0.54 of 4.8 TB/s) come to 131 and 499 ms (eager_attention_seconds)."""
-    if workload.attn_implementation != "eager" or not spec.num_layers:
+    if not spec.num_layers:
+        return 0.0
+    scores = workload.micro_batch_size * spec.num_attention_heads * workload.seq_len * workload.seq_len
+    if sdpa_math_kernel(spec, workload):
+        forward, backward = _MATH_SCORE_FORWARD_BYTES, _MATH_SCORE_BACKWARD_BYTES
+        per_element = forward * (2 if workload.gradient_checkpointing else 1) + backward
+        return float(spec.num_layers * scores * per_element)
+    if workload.attn_implementation != "eager":
         return 0.0
     forward = _EAGER_SCORE_FORWARD_BYTES
     backward = _EAGER_SCORE_BACKWARD_BYTES
@@ -1316,7 +1357,6 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
         forward += _EAGER_SOFTCAP_FORWARD_BYTES
         backward += _EAGER_SOFTCAP_BACKWARD_BYTES
     per_element = forward * (2 if workload.gradient_checkpointing else 1) + backward
-    scores = workload.micro_batch_size * spec.num_attention_heads * workload.seq_len * workload.seq_len
     scale = 2 if workload.precision == "fp32" else 1
     return float(spec.num_layers * scores * per_element * scale)
 
@@ -1330,6 +1370,8 @@ def eager_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
     if not scores:
         return 0.0
     cal = calibration or load_calibration()
+    if sdpa_math_kernel(spec, workload) and cal.math_sdpa_memory_fraction:
+        return scores / (gpu.memory_bandwidth_bytes_per_s * cal.math_sdpa_memory_fraction)
     if not cal.eager_scores_memory_fraction:
         return scores / memory_bytes_per_s(gpu, calibration)
     return scores / (gpu.memory_bandwidth_bytes_per_s * cal.eager_scores_memory_fraction)
@@ -1398,6 +1440,12 @@ def masked_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
 def attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
     """Returns the seconds of one micro-step's attention kernels: unmasked layers at the fitted attention rate,
     masked ones at their measured rate (masked_attention_seconds)."""
+    if sdpa_math_kernel(spec, workload):
+        # torch's math kernel: the whole square in fp32 matmuls (no TF32 by default), at their measured share of the
+        # fp32 peak
+        cal = calibration or load_calibration()
+        fraction = cal.math_sdpa_matmul_fraction or cal.matmul_fraction
+        return attention_flops(spec, workload) / (peak_flops(gpu, "fp32") * fraction)
     unmasked = attention_flops(spec, workload) * (1 - masked_attention_share(spec, workload, calibration))
     return (unmasked / attention_flops_per_s(gpu, workload.precision, calibration)
             + masked_attention_seconds(spec, gpu, workload, calibration))
