@@ -303,10 +303,11 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
     # Both measured at exactly 6.0 and 8.0 bytes per logit on six architectures (benchmarks/results).
     forward_extra = (2 + 4 if width == 2 else 4) * logits
     backward_extra = 8 * logits
-    scores = math_attention_backward_bytes(spec, workload, coef)
+    scores = math_attention_backward_bytes(spec, workload)
     if scores and not workload.gradient_checkpointing:
-        # the last layer's attention backward, after the loss's (whose gradients are freed by then)
-        backward_extra = max(backward_extra, tokens * scores)
+        # the last layer's attention backward, after the loss's: its gradients and the fp32 log-softmax it kept (4
+        # bytes per logit, inside `saved`) are freed by then, as before a checkpointed layer's recompute below
+        backward_extra = max(backward_extra, tokens * scores - 4 * logits)
     if workload.gradient_checkpointing:
         # The recomputed layer's saved activations, plus the MLP backward's intermediate-sized gradients that
         # are alive together: of down_proj's input, of act(gate) and of up (two without a gate). Measured
@@ -329,15 +330,39 @@ through its fully-masked-row guard, and softmax backward's gradient of the score
 composite math kernel; models/activations.fused_sdpa_takes says when it runs). Measured on one H200 (2026-11-29,
 benchmarks/sdpa_path.py: SDPA alone at Falcon-7B's 71 query heads and one K/V head, 1 x 2,048, bf16): the backward
 peaked 12.0 bytes per score above what the forward left. In the trimmed Falcon's whole step (4 layers) the
-backward rose 9.5 bytes per score above the forward's end, where the loss's kept log-softmax (1.9 bytes per score
-there) is already freed; Falcon-7B's ZeRO-3 at 4 x 2,048 with checkpointing peaked at 124.25 GiB against 124.8
-with this term (120.4 with 8 bytes, which put the planner's pick at 7 sequences: it ran out of memory)."""
+backward rose 9.5 bytes per score above the forward's end, where the loss's kept log-softmax (1.8 bytes per score
+there) is already freed, and so is the last layer's MLP part; the model frees the log-softmax only (peaks 2-3%
+under at 2 and 4 x 2,048 without checkpointing, -1.6% in a whole zero-run at 12). Falcon-7B's ZeRO-3 at 4 x 2,048
+with checkpointing peaked at 124.25 GiB against 124.8 with this term (120.4 with 8 bytes, which put the planner's
+pick at 7 sequences: it ran out of memory)."""
 
 
-def math_attention_backward_bytes(spec: ModelSpec, workload: Workload, coef: dict[str, float]) -> float:
+MATH_SDPA_FORWARD_SCORE_BYTES = 9
+"""Bytes per attention score alive at once in the forward of SDPA's math kernel: the QK^T product (fp32) and the
+probabilities (fp32) beside _safe_softmax's -inf mask (1). Measured with SDPA alone (the probe above): 9.3 above
+the call's start. Under autograd the probabilities stay (kept, in the traced table); in eval, without gradients,
+this is the forward's peak inside a layer (eval_peak), with the fp32 query and the key and value it expanded over
+the heads. Measured in a whole zero-run of Falcon trimmed to 4 layers at 12 x 2,048 on one H200 (2026-11-29,
+h200x1-phases-r13-falcon): eval peaked at 50.10 GB, 49.75 with these terms (48.41 with the scores alone)."""
+
+
+def sdpa_math_kernel(spec: ModelSpec, workload: Workload) -> bool:
+    """Whether the model's SDPA call runs torch's math kernel, fp32 scores materialized and kept: its traced SDPA table
+    keeps bytes that grow with the sequence (models/activations.fused_sdpa_takes: fewer key/value heads than query
+    heads without enable_gqa, Falcon-7B's multi-query attention; fp32 with grouped-query attention)."""
+    if workload.attn_implementation != "sdpa":
+        return False
+    table = spec.activations or closed_form_coefficients(_arch(spec))
+    try:
+        return table["fp32" if workload.precision == "fp32" else "16bit"]["sdpa"].get("layer_per_seq", 0) > 0
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def math_attention_backward_bytes(spec: ModelSpec, workload: Workload) -> float:
     """Returns the bytes per token one layer's attention backward holds beyond what it saved, where SDPA runs its
-    math kernel (the traced SDPA table keeps scores: layer_per_seq > 0); 0 otherwise (fused kernels, eager)."""
-    if workload.attn_implementation != "sdpa" or coef.get("layer_per_seq", 0) <= 0:
+    math kernel (sdpa_math_kernel); 0 otherwise (fused kernels, eager)."""
+    if not sdpa_math_kernel(spec, workload):
         return 0.0
     return MATH_SDPA_BACKWARD_SCORE_BYTES * spec.num_attention_heads * workload.seq_len
 
@@ -1066,7 +1091,13 @@ def eval_peak(spec: ModelSpec, workload: Workload, *, resident: int, ws: int, ga
     tokens = workload.micro_batch_size * workload.seq_len
     logits = tokens * spec.vocab_size if workload.task == "causal-lm" else workload.micro_batch_size * workload.num_labels
     at_loss = (10 if mixed else 8) * logits + 2 * w * tokens * spec.hidden_size
-    return resident + ws + gathered + min(at_loss, forward_activations)
+    peak = min(at_loss, forward_activations)
+    if sdpa_math_kernel(spec, workload):
+        # one layer's attention: its fp32 scores and probabilities, the fp32 query and the key and value expanded over
+        # the heads, with the hidden states in and out around it
+        per_token = spec.num_attention_heads * (MATH_SDPA_FORWARD_SCORE_BYTES * workload.seq_len + 3 * 4 * spec.head_dim)
+        peak = max(peak, tokens * (per_token + 2 * w * spec.hidden_size))
+    return resident + ws + gathered + peak
 
 
 def save_peak(*, resident: int, ws: int, gathered: int) -> int:

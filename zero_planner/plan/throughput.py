@@ -49,8 +49,8 @@ from importlib import resources
 from zero_planner.hardware import GPU
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.dsconfig import STAGE3_MAX_REUSE_DISTANCE, bucket_sizes
-from zero_planner.plan.memory import (Workload, ZeroBuffers, adapted_linears, sdpa_masked_layers, trainable_params,
-                                      weight_bytes)
+from zero_planner.plan.memory import (Workload, ZeroBuffers, adapted_linears, sdpa_masked_layers, sdpa_math_kernel,
+                                      trainable_params, weight_bytes)
 from zero_planner.strategies import Strategy
 
 
@@ -1318,19 +1318,6 @@ over the row 1, `where` 4+4, the PV matmul's read 4."""
 _MATH_SCORE_BACKWARD_BYTES = 36
 """Its backward: the PV matmul's gradient of the probabilities 4 and read of them 4, `where`'s backward 4+4, softmax
 backward 4+4+4, the QK^T matmul's two reads 4+4."""
-
-
-def sdpa_math_kernel(spec: ModelSpec, workload: Workload) -> bool:
-    """Whether the model's SDPA call runs torch's math kernel (fp32 scores materialized and kept): its traced SDPA
-    table keeps bytes that grow with the sequence (models/activations.fused_sdpa_takes: key/value heads fewer than
-    the query's without enable_gqa, Falcon-7B's multi-query attention; fp32 with grouped-query attention)."""
-    if workload.attn_implementation != "sdpa" or not spec.activations:
-        return False
-    try:
-        table = spec.activations["fp32" if workload.precision == "fp32" else "16bit"]["sdpa"]
-    except (KeyError, TypeError):
-        return False
-    return table.get("layer_per_seq", 0) > 0
 
 
 def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
