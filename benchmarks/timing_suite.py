@@ -466,9 +466,6 @@ SUITES = {
     # checkpointing at 16 and with it at 32 (half the sweep's micro-batches: clear of the allocator's retries)
     "i26-kinds-opt-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                            "profiles": [("opt-1.3b", 2048, "0", False, 16), ("opt-1.3b", 2048, "0", True, 32)]},
-    # where the model's one-GPU step time goes wrong at the GPU-bound micro-batches auto picks: each step's kernel
-    # seconds by kind (GEMMs, attention, the memory-bound rest, the fused optimizer) and its idle time, beside the
-    # model's parts. The model is 4-9% slow on Qwen3-4B, GPT-2 large and Llama 3.2 3B's picks, 4% fast on Phi-3's
     # Falcon-7B's multi-query attention hands SDPA one K/V head for 71 query heads without enable_gqa: torch's fused
     # kernels refuse those shapes and the math kernel keeps fp32 scores, which the memory model's trace (fused
     # kernels) does not count. The memory per phase of a trimmed Falcon up the micro-batches, one wait per step
@@ -477,12 +474,16 @@ SUITES = {
                                          ("falcon-7b-4l", 2048, "0", True, (4, 8))]},
     # the whole Falcon-7B where zero-plan puts it, once the memory and step-time models count the math kernel:
     # every candidate without offload at the largest micro-batch that fits, one wait per step, predicted before it ran
-    # (only ZeRO-3 with checkpointing fits: 7 x 2,048), with the micro-batch above it and one at about half
+    # (only ZeRO-3 with checkpointing fits: 7 x 2,048 by the model of that call, which ran out of memory; written
+    # again now, the pick is 5), with the micro-batch above it and one at about half
     "i26-falcon-7b-h200": {"gpu": "H200", "settings": [("falcon-7b", 2048)], "strategies": NO_OFFLOAD,
                            "ladders": [("falcon-7b", 2048, "3", True, (4, 8))], "phase_sync": False},
     # the pick once the backward's three fp32 score gradients are counted (5), and the micro-batch above it (6)
     "i26-falcon-7b-pick-h200": {"gpu": "H200", "settings": [("falcon-7b", 2048)], "strategies": NO_OFFLOAD,
                                 "ladders": [("falcon-7b", 2048, "3", True, (6,))], "phase_sync": False},
+    # where the model's one-GPU step time goes wrong at the GPU-bound micro-batches auto picks: each step's kernel
+    # seconds by kind (GEMMs, attention, the memory-bound rest, the fused optimizer) and its idle time, beside the
+    # model's parts. The model is 4-9% slow on Qwen3-4B, GPT-2 large and Llama 3.2 3B's picks, 4% fast on Phi-3's
     "i26-kinds-h200": {"gpu": "H200", "settings": [], "ladders": [], "steps": 6, "phase_sync": False,
                        "profiles": [("qwen3-4b", 2048, "0", False, 5), ("gpt2-large", 1024, "0", False, 37),
                                     ("llama3.2-3b", 2048, "0", False, 8), ("phi3-mini", 2048, "0", False, 8),

@@ -1321,8 +1321,9 @@ backward 4+4+4, the QK^T matmul's two reads 4+4."""
 
 
 def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
-    """Returns the bytes eager attention's score kernels move in one micro-step (0 under SDPA, whose kernels keep
-    the scores on chip).
+    """Returns the bytes eager attention's score kernels move in one micro-step, or SDPA's math kernel's where it
+    runs (sdpa_math_kernel: fp32 scores, _MATH_SCORE_FORWARD_BYTES and _BACKWARD_BYTES); 0 under SDPA's fused
+    kernels, which keep the scores on chip.
 
     Measured (2026-11-27, two H200s, Gemma 2 2B at 2,048 tokens): zero-run with the plan's eager attention took 132
     ms more per step than the harness's SDPA, both waiting once per step, at ZeRO-1 5 x 2,048 (0.676 against 0.544
@@ -1352,7 +1353,7 @@ def eager_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
                             calibration: Calibration | None = None) -> float:
     """Returns the seconds of eager attention's score kernels in one micro-step: eager_attention_bytes at
     Calibration.eager_scores_memory_fraction of the catalog bandwidth where measured, else at the fitted HBM rate;
-    0 under SDPA."""
+    SDPA's math kernel's at Calibration.math_sdpa_memory_fraction; 0 under SDPA's fused kernels."""
     scores = eager_attention_bytes(spec, workload)
     if not scores:
         return 0.0
@@ -1426,7 +1427,8 @@ def masked_attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload,
 
 def attention_seconds(spec: ModelSpec, gpu: GPU, workload: Workload, calibration: Calibration | None = None) -> float:
     """Returns the seconds of one micro-step's attention kernels: unmasked layers at the fitted attention rate,
-    masked ones at their measured rate (masked_attention_seconds)."""
+    masked ones at their measured rate (masked_attention_seconds); under SDPA's math kernel (sdpa_math_kernel) its
+    two fp32 products, the whole square, at Calibration.math_sdpa_matmul_fraction of the fp32 peak."""
     if sdpa_math_kernel(spec, workload):
         # torch's math kernel: the whole square in fp32 matmuls (no TF32 by default), at their measured share of the
         # fp32 peak
