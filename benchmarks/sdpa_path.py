@@ -19,7 +19,8 @@ one and to two decoder layers), one forward and backward at micro x seq tokens i
 - `attention_alone`: SDPA by itself at the model's head counts: bytes per score element kept, the forward's and
   the backward's peaks above what each started from, and the milliseconds of its forward and backward beside those
   of its two products alone in fp32 (QK^T and PV with the key and value expanded over the heads, as the math kernel
-  runs them): the difference is its elementwise kernels' time.
+  runs them): the difference is its elementwise kernels' time; and the same call with enable_gqa, which the fused
+  kernels take.
 
 Needs CUDA; writes a JSON list.
 """
@@ -142,7 +143,11 @@ def attention_alone(config: dict, micro: int, seq: int) -> dict:
         probs = torch.matmul(q32, k32.transpose(-2, -1))
         torch.matmul(probs, v32).backward(grad32)
 
+    def gqa_step():  # what the fused kernels do with the same call given enable_gqa (Llama's transformers code)
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=heads != kv).backward(grad)
+
     return {"heads": heads, "kv_heads": kv, "kept_per_score": kept / scores,
+            "enable_gqa_forward_backward_ms": _median_ms(gqa_step),
             "forward_peak_per_score": forward_peak / scores, "backward_peak_per_score": backward_peak / scores,
             "sdpa_forward_backward_ms": _median_ms(sdpa_step), "fp32_matmuls_forward_backward_ms": _median_ms(matmul_step),
             "scores": scores}  # fmt: skip

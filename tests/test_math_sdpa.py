@@ -31,8 +31,10 @@ def _config(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def probe() -> dict[tuple[str, int], dict]:
+    """The layer probes (calls 1-3; call 3's row, the one the Calibration's rates came from, last), by model and
+    micro-batch."""
     rows = json.loads((RESULTS / "sdpa-path-h200-2026-11-29.json").read_text())
-    return {(row["model"], row["micro_batch_size"]): row for row in rows}
+    return {(row["model"], row["micro_batch_size"]): row for row in rows if row["call"] <= 3}
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +163,17 @@ def test_eval_holds_one_layers_fp32_scores_under_the_math_kernel(falcon_4l):
             assert peak == tokens * heads * (9 * 2048 + 3 * 4 * 64) + 4 * tokens * spec.hidden_size > at_loss
         else:
             assert peak == at_loss
+
+
+def test_the_same_call_with_enable_gqa_takes_a_fused_kernel_many_times_faster(probe):
+    """The fifth call timed SDPA alone again, with enable_gqa beside it: the math kernel repeated within 1%, and the
+    fused kernel it would take with enable_gqa ran 17-25 times faster (what Falcon loses; speed.md)."""
+    rows = [r for r in json.loads((RESULTS / "sdpa-path-h200-2026-11-29.json").read_text()) if r["call"] == 5]
+    assert {r["micro_batch_size"] for r in rows} == {1, 5}
+    for row in rows:
+        alone = row["attention_alone"]
+        assert alone["enable_gqa_forward_backward_ms"] < alone["sdpa_forward_backward_ms"] / 15
+        assert alone["backward_peak_per_score"] == pytest.approx(12, abs=0.2)
+    again = next(r for r in rows if r["micro_batch_size"] == 1)["attention_alone"]
+    first = probe[("falcon-7b", 1)]["attention_alone"]
+    assert again["sdpa_forward_backward_ms"] == pytest.approx(first["sdpa_forward_backward_ms"], rel=0.01)
