@@ -331,8 +331,8 @@ composite math kernel; models/activations.fused_sdpa_takes says when it runs). M
 benchmarks/sdpa_path.py: SDPA alone at Falcon-7B's 71 query heads and one K/V head, 1 x 2,048, bf16): the backward
 peaked 12.0 bytes per score above what the forward left. In the trimmed Falcon's whole step (4 layers) the
 backward rose 9.5 bytes per score above the forward's end, where the loss's kept log-softmax (1.8 bytes per score
-there) is already freed, and so is the last layer's MLP part; the model frees the log-softmax only (peaks 2-3%
-under at 2 and 4 x 2,048 without checkpointing, -1.6% in a whole zero-run at 12). Falcon-7B's ZeRO-3 at 4 x 2,048
+there) is already freed; with it freed the model is 2-3% under at 2 and 4 x 2,048 without checkpointing and -1.6%
+in a whole zero-run at 12 (what else is alive then is not found). Falcon-7B's ZeRO-3 at 4 x 2,048
 with checkpointing peaked at 124.25 GiB against 124.8 with this term (120.4 with 8 bytes, which put the planner's
 pick at 7 sequences: it ran out of memory)."""
 
