@@ -27,6 +27,7 @@ from zero_planner.plan.advice import _ckpt_text, advice
 from zero_planner.plan.assemble import build_plan
 from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision, resolve_strategies
 from zero_planner.plan.fit import _gib
+from zero_planner.plan.memory import sdpa_math_kernel
 from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
 from zero_planner.plan.throughput import Calibration
 from zero_planner.planfile import LoraInfo
@@ -232,6 +233,12 @@ def plan(
             f"host memory {_gib(cluster.cpu_memory_bytes)} per node is assumed for {cluster.gpu.name} machines; "
             f"pass --cpu-mem SIZE for yours"
         )
+    if sdpa_math_kernel(spec, ev.workload(False, 1)):
+        why = ("fp32 with grouped-query attention, which no fused kernel takes" if precision == "fp32" else
+               f"the model hands it {spec.num_key_value_heads} key/value head(s) for {spec.num_attention_heads} query "
+               f"heads without enable_gqa, which torch's fused kernels refuse")  # fmt: skip
+        notes.append(f"attention runs SDPA's math kernel ({why}): every layer keeps its fp32 scores, counted above in "
+                     f"memory and tokens/s")  # fmt: skip
     if chosen is None:
         result = PlanResult(spec, cluster, precision, seq_len, options, None, None, notes)
         runnable = [s for s in strategies if not known_failure(method, s)] or strategies
