@@ -218,7 +218,7 @@ def traced_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
             per_attn[attn] = attention_coefficients(config_dict, dtype, attn)
         result["16bit" if dtype == "bfloat16" else "fp32"] = per_attn
     try:
-        result["lora"] = _lora_coefficients(config_dict)
+        result["lora"] = _lora_coefficients(config_dict, result)
     except Exception as error:  # the adapter trace is optional: memory.py falls back to the closed form
         result["lora_why"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
     return result
@@ -229,7 +229,7 @@ LORA_TRACE_RANKS = (8, 16)
 LORA_TRACE_DROPOUT = 0.05
 
 
-def _lora_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
+def _lora_coefficients(config_dict: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
     """Returns saved-activation bytes per token with peft all-linear adapters on a frozen base (SDPA).
 
     {dtype: {layer, layer_per_r, layer_dropout, rest, rest_dropout}}: one decoder layer at rank r without
@@ -237,13 +237,17 @@ def _lora_coefficients(config_dict: dict[str, Any]) -> dict[str, Any]:
     its 1-byte mask, less the shared inputs no one else keeps). Frozen linear layers keep no inputs for
     weight gradients, so these differ from the full fine-tuning figures in both directions. Eager attention
     adds the same score terms as without adapters. zero3_layer_extra(_dropout): what one layer keeps in
-    addition under ZeRO-3, whose replacement F.linear saves every input.
+    addition under ZeRO-3, whose replacement F.linear saves every input. `tables`: the SDPA and eager tables
+    traced_coefficients made (each width's SDPA layer_per_seq).
     """
-    return {key: lora_dtype_coefficients(config_dict, dtype) for dtype, key in (("bfloat16", "16bit"), ("float32", "fp32"))}
+    return {key: lora_dtype_coefficients(config_dict, dtype, tables[key]["sdpa"]["layer_per_seq"])
+            for dtype, key in (("bfloat16", "16bit"), ("float32", "fp32"))}  # fmt: skip
 
 
-def lora_dtype_coefficients(config_dict: dict[str, Any], dtype: str) -> dict[str, float]:
-    """Returns one dtype's entry of the LoRA table (see _lora_coefficients): ten traced runs, imports peft."""
+def lora_dtype_coefficients(config_dict: dict[str, Any], dtype: str, scores_per_seq: float) -> dict[str, float]:
+    """Returns one dtype's entry of the LoRA table (see _lora_coefficients): ten traced runs, imports peft.
+    `scores_per_seq`: the same dtype's SDPA layer_per_seq (attention_coefficients), the scores a layer keeps where
+    SDPA takes the math kernel."""
     s = TRACE_SEQ[0]
     r1, r2 = LORA_TRACE_RANKS
     runs = {}
@@ -255,8 +259,7 @@ def lora_dtype_coefficients(config_dict: dict[str, Any], dtype: str) -> dict[str
     per_r = (l2 - l1) / (r2 - r1)
     # where SDPA takes the math kernel (fused_sdpa_takes), the layer keeps scores that grow with the sequence: the
     # table holds the rest, and memory.py adds the SDPA table's layer_per_seq at the run's length, as for eager
-    scores = attention_coefficients(config_dict, dtype, "sdpa")["layer_per_seq"] * s
-    out = {"layer": round(l1 - scores - per_r * r1, 3), "layer_per_r": round(per_r, 3),
+    out = {"layer": round(l1 - scores_per_seq * s - per_r * r1, 3), "layer_per_r": round(per_r, 3),
            "layer_dropout": round(ld - l1, 3), "rest": round(rest, 3), "rest_dropout": round(rest_d - rest, 3)}  # fmt: skip
     # LoRA under ZeRO-3 (base built in deepspeed.zero.Init): frozen linear layers keep their inputs again.
     for lora, name in (((r1, 0.0), "zero3_layer_extra"), ((r1, LORA_TRACE_DROPOUT), "zero3_layer_extra_dropout")):

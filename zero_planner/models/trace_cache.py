@@ -243,9 +243,12 @@ class TracedActivations(Mapping):
             return None
         if key in acts.get("lora", {}):
             return acts["lora"][key]
+        scores_per_seq = self.coefficients(key, "sdpa")["layer_per_seq"]  # traced already where memory.py asks
+        if self._acts().get("method") == "closed-form":  # that trace failed here: no adapter table either
+            return None
         try:
             with quiet_libraries():  # imports peft (and with it bitsandbytes, where installed)
-                entry = lora_dtype_coefficients(self._config, WIDTHS[key])
+                entry = lora_dtype_coefficients(self._config, WIDTHS[key], scores_per_seq)
         except Exception as error:  # the adapter trace is optional: memory.py falls back to the closed form
             acts["lora_why"] = _why(error)
             entry = None

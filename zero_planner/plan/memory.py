@@ -350,13 +350,9 @@ def sdpa_math_kernel(spec: ModelSpec, workload: Workload) -> bool:
     """Whether the model's SDPA call runs torch's math kernel, fp32 scores materialized and kept: its traced SDPA table
     keeps bytes that grow with the sequence (models/activations.fused_sdpa_takes: fewer key/value heads than query
     heads without enable_gqa, Falcon-7B's multi-query attention; fp32 with grouped-query attention)."""
-    if workload.attn_implementation != "sdpa":
-        return False
-    table = spec.activations or closed_form_coefficients(_arch(spec))
-    try:
-        return table["fp32" if workload.precision == "fp32" else "16bit"]["sdpa"].get("layer_per_seq", 0) > 0
-    except (KeyError, TypeError, AttributeError):
-        return False
+    if workload.attn_implementation != "sdpa" or not spec.activations:
+        return False  # the closed form (closed_form_coefficients) keeps no scores under SDPA
+    return spec.activations["fp32" if workload.precision == "fp32" else "16bit"]["sdpa"].get("layer_per_seq", 0) > 0
 
 
 def math_attention_backward_bytes(spec: ModelSpec, workload: Workload) -> float:

@@ -1332,20 +1332,18 @@ def eager_attention_bytes(spec: ModelSpec, workload: Workload) -> float:
     (0.54 of 4.8 TB/s) come to 131 and 499 ms (eager_attention_seconds)."""
     if not spec.num_layers:
         return 0.0
-    scores = workload.micro_batch_size * spec.num_attention_heads * workload.seq_len * workload.seq_len
     if sdpa_math_kernel(spec, workload):
-        forward, backward = _MATH_SCORE_FORWARD_BYTES, _MATH_SCORE_BACKWARD_BYTES
-        per_element = forward * (2 if workload.gradient_checkpointing else 1) + backward
-        return float(spec.num_layers * scores * per_element)
-    if workload.attn_implementation != "eager":
+        forward, backward, scale = _MATH_SCORE_FORWARD_BYTES, _MATH_SCORE_BACKWARD_BYTES, 1  # fp32 at any precision
+    elif workload.attn_implementation == "eager":
+        forward, backward = _EAGER_SCORE_FORWARD_BYTES, _EAGER_SCORE_BACKWARD_BYTES
+        if spec.config.get("attn_logit_softcapping"):
+            forward += _EAGER_SOFTCAP_FORWARD_BYTES
+            backward += _EAGER_SOFTCAP_BACKWARD_BYTES
+        scale = 2 if workload.precision == "fp32" else 1
+    else:
         return 0.0
-    forward = _EAGER_SCORE_FORWARD_BYTES
-    backward = _EAGER_SCORE_BACKWARD_BYTES
-    if spec.config.get("attn_logit_softcapping"):
-        forward += _EAGER_SOFTCAP_FORWARD_BYTES
-        backward += _EAGER_SOFTCAP_BACKWARD_BYTES
     per_element = forward * (2 if workload.gradient_checkpointing else 1) + backward
-    scale = 2 if workload.precision == "fp32" else 1
+    scores = workload.micro_batch_size * spec.num_attention_heads * workload.seq_len * workload.seq_len
     return float(spec.num_layers * scores * per_element * scale)
 
 
