@@ -17,6 +17,8 @@ On a lent machine of two GPUs (device tool; carry .whl):
     bash benchmarks/device_run.sh 500 benchmarks/suites/pools-picks-2gpu.jsonl benchmarks/suites/pools-picks-1gpu.jsonl
     bash benchmarks/device_run.sh 400 benchmarks/suites/pools-zero3-2gpu.jsonl
     bash benchmarks/device_run.sh 400 benchmarks/suites/pools-zero3-8b-2gpu.jsonl
+On one GPU:
+    bash benchmarks/device_run.sh 300 benchmarks/suites/pools-phi3-1gpu.jsonl
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ POOL_CASES = {
                          ("llama3.2-1b", 2048, "3", False, 8, 2, None, None),
                          ("qwen3-1.7b", 2048, "3", False, 6, 2, None, None),
                          ("llama3.2-3b", 2048, "3", False, 4, 2, None, None)],
+    # Phi-3-mini at 8 x 2,048 on one H200 (2026-11-27): ZeRO-0 and ZeRO-1 peak at the same 129.2 GiB, but ZeRO-1 (no
+    # overlap_comm) retried in every optimizer step (5 in 6 steps, its step 0.33 s against ZeRO-0's 0.10) where ZeRO-0
+    # did not: which pool holds what at each phase
+    "pools-phi3-1gpu": [("phi3-mini", 2048, "1", False, 8, 1, None, None),
+                        ("phi3-mini", 2048, "0", False, 8, 1, None, None)],
     # Meta-Llama-3-8B's ZeRO-3 candidates on two H200s (2026-11-28, sixteenth session): at 20 with checkpointing it
     # retried 9 times in 6 steps, reserving 137.97 GiB where its total was predicted 133.64; the fetch stream's pool of
     # a fifth model (untied 128k-token embeddings), at the pick and at 4 without checkpointing
