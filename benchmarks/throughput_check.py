@@ -313,8 +313,8 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
         print(f"  {'family':10s} {'n':>3s}  {'in-sample median':>16s} {'max':>5s}   {'out-of-family median':>20s} {'max':>5s}  range")
         _family_table(one, every, every_in, every_out, "   (targets out of family: median <= 10%, max <= 25%)")
         if several:
-            print("\n  several GPUs (ZeRO-3's gathers, buckets and their growth, and their hosts' CPU Adam fitted on them, "
-                  "the rest on one GPU), the same way:")
+            print("\n  several GPUs (ZeRO-3's gathers, buckets and their growth, ZeRO-1/2's buckets, and their hosts' CPU Adam "
+                  "fitted on them, the rest on one GPU), the same way:")
             _family_table(several, every, every_in, every_out)
     i_med, i_max = _stats([every_in[i] for i in one])
     o_med, o_max = _stats([every_out[i] for i in one])
@@ -370,7 +370,7 @@ def several_gpus(min_tokens: int) -> list[float]:
     if not cases:
         return []
     print(f"\nseveral GPUs, each case alone on its machine, with the committed constants (all fitted on one GPU but the "
-          f"ZeRO-3 gather's and bucket's times across ranks and their growth; the H100 host's CPU Adam rate on every host, as zero-plan without --gpus "
+          f"ZeRO-3 gather's and bucket's times across ranks and their growth, and ZeRO-1/2's buckets across ranks; the H100 host's CPU Adam rate on every host, as zero-plan without --gpus "
           f"auto; out-of-family figures above, each host at its own rate)")
     case_table(cases)
     error_table(cases, "predicted / measured tokens/s - 1 on several GPUs, per strategy")

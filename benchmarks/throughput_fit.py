@@ -20,12 +20,14 @@ power of OVERLAP_POWERS in turn, keeping the fit of least in-sample squared erro
      per fetch (host Python) of another host, from its stage-3 runs that the hooks bound (small micro-batches),
      and its time per ZeRO-2 bucket, from its stage-2 runs that the host bound;
   5. ZeRO-3 on several GPUs: the host seconds of each gather across ranks (1-d search over the
-     runs of several GPUs, each at its host's per-fetch time; 1-4 fixed, and fitted on one GPU only).
+     runs of several GPUs, each at its host's per-fetch time; 1-4 fixed, and fitted on one GPU only);
+  6. ZeRO-1/2 on several GPUs without offload: the host seconds of each gradient bucket reduced across ranks
+     (1-d search, 1-5 fixed), then each other GPU's device-memory fraction again with it counted, and it again.
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
 Cases: throughput_check.measured_cases (status ok, alone on GPU and host, >= --min-tokens tokens per micro-step);
-runs of several GPUs enter step 5 only.
+runs of several GPUs enter steps 5 and 6 only (and each other GPU's device-memory fraction).
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class Features:
     same bucketing); 0 on one GPU."""
     grad_tensors: float = 0.0
     """Gradient tensors the rank handles one at a time per step (throughput.grad_tensor_passes)."""
+    reductions_across: float = 0.0
+    """ZeRO-1/2's gradient buckets reduced across ranks per micro-step (several GPUs;
+    throughput.reductions_across_ranks); 0 on one GPU and at stages 0 and 3."""
 
 
 def family_of(case) -> str:
@@ -162,6 +167,7 @@ def features(case, base: Calibration | None = None) -> Features:
         stage3_reductions=throughput.stage2_reductions(spec, workload) if stage3_across_ranks else 0,
         communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
         grad_tensors=throughput.grad_tensor_passes(spec, strategy, workload),
+        reductions_across=throughput.reductions_across_ranks(spec, strategy, workload),
     )
 
 
@@ -174,8 +180,10 @@ def gpu_seconds(c: Features, cal: Calibration) -> float:
 
 
 def host_seconds(c: Features, cal: Calibration) -> float:
-    """Returns the case's host seconds per micro-step at `cal`: layer passes and ZeRO-2's buckets (throughput.host_seconds)."""
-    return c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
+    """Returns the case's host seconds per micro-step at `cal`: layer passes, ZeRO-2's buckets and ZeRO-1/2's buckets
+    across ranks (throughput.host_seconds)."""
+    return (c.layer_passes * cal.host_seconds_per_layer + c.reductions * cal.stage2_seconds_per_reduction
+            + c.reductions_across * cal.seconds_per_reduction_across_ranks)
 
 
 def predict(c: Features, cal: Calibration) -> float:
@@ -401,7 +409,8 @@ def host_bound_launches(c: Features, cal: Calibration) -> bool:
 
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
     """Returns the Fit of `cases`: GPU constants on the reference GPU's runs, CPU Adam per host on all hosts'."""
-    base = replace(base or load_calibration(), gpu_memory_fractions=())  # each fit fits its own (fit_gpu_memory)
+    # each fit fits its own device-memory fractions (fit_gpu_memory) and buckets across ranks (below), from none
+    base = replace(base or load_calibration(), gpu_memory_fractions=(), seconds_per_reduction_across_ranks=0.0)
     reference_gpu = reference_gpu or base.reference_gpu
     several = [c for c in cases if c.world_size > 1]
     cases = [c for c in cases if c.world_size == 1]
@@ -440,13 +449,23 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     # reference GPU's fraction overstated the H200's (two H200s, 2026-11-27: a mixture of small experts 14-18%
     # slower than predicted at every candidate; benchmarks/kernel_rates.py there: memory-bound grouped GEMMs 0.94-1.23x
     # the H100's time where the catalog's bandwidths say 0.70x)
-    gpu_memory: dict[str, float] = {}
-    for gpu in sorted({c.gpu for c in cases + several} - {reference_gpu}):
-        fraction = fit_gpu_memory([c for c in cases + several if c.gpu == gpu], Fit(cal, rates, stage3, stage2))
-        if fraction:
-            gpu_memory[gpu] = fraction
+    def gpu_memory_of(cal: Calibration) -> dict[str, float]:
+        fractions = {gpu: fit_gpu_memory([c for c in cases + several if c.gpu == gpu], Fit(cal, rates, stage3, stage2))
+                     for gpu in sorted({c.gpu for c in cases + several} - {reference_gpu})}
+        return {gpu: fraction for gpu, fraction in fractions.items() if fraction}
+
+    gpu_memory = gpu_memory_of(cal)
     # ZeRO-3's gather on several GPUs, the one-GPU terms (and each host's per-fetch time) fixed
     cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2, gpu_memory))
+    # ZeRO-1/2's buckets reduced across ranks, on their runs of several GPUs without offload (fit_host_rate's trials
+    # leave CPU Adam out; offload runs get the term too, as their buckets are reduced the same way); then each other
+    # GPU's memory rate again with them counted (its runs of several GPUs carry them), and the buckets again
+    zero12 = [c for c in several if c.reductions_across and not c.cpu_adam_params]
+    for _ in range(2):
+        cal = fit_host_rate(zero12, replace(cal, seconds_per_reduction_across_ranks=0.0),
+                            "seconds_per_reduction_across_ranks", 1e-5, 300, 7,
+                            Fit(cal, rates, stage3, stage2, gpu_memory).for_case)
+        gpu_memory = gpu_memory_of(cal) if zero12 else gpu_memory
     # A host seen only in runs of several GPUs (the lent 2- and 4-GPU machines) gets its CPU Adam rate from those
     # runs' offload cases, as every one-GPU host does from its own: the optimizer step is the node's CPU Adam
     # (Llama 3.2 1B's took 0.38-0.41 s on two GPUs and on four, 2026-11-26), a property of the host that
@@ -475,7 +494,7 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
-                 "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling",
+                 "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling", "seconds_per_reduction_across_ranks",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer", "host_overlap_power", "seconds_per_grad_tensor",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "misaligned_gemm_fraction",
@@ -540,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
           "across ranks")
     print(f"  stage 3, several GPUs x{1 + cal.stage3_sync_growth_per_doubling:.2f} on both per doubling of the ranks beyond "
           f"two ({sum(c.strategy == '3' and c.world_size > 2 for c in several)} runs of more than two)")
+    print(f"  stages 1-2, several GPUs {cal.seconds_per_reduction_across_ranks * 1e3:.2f} ms host time per bucket "
+          f"reduced across ranks ({sum(c.reductions_across > 0 and not c.cpu_adam_params for c in several)} runs)")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     print(f"  host and GPU         smooth maximum of power {cal.host_overlap_power} (host_overlap_power)")

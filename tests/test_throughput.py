@@ -681,6 +681,34 @@ def test_zero3s_gathers_and_buckets_cost_more_per_doubling_of_the_ranks():
     assert throughput.stage3_host_seconds(spec, four, flat) == pytest.approx(fetches * 1e-3 + across(4))
 
 
+def test_zero12s_buckets_cost_the_host_only_across_ranks():
+    """ZeRO-1/2 on several GPUs: each gradient bucket all-reduced across the ranks costs the host
+    seconds_per_reduction_across_ranks, in every micro-step at stage 2 and once per optimizer step at stage 1; one GPU
+    and stages 0 and 3 pay nothing of it (stage 3's buckets are stage3_seconds_per_reduction's)."""
+    spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text()), "t")
+    cal = replace(throughput.load_calibration(), seconds_per_reduction_across_ranks=2e-3)
+    off = replace(cal, seconds_per_reduction_across_ranks=0.0)
+    one = work(seq_len=16)
+    two = work(seq_len=16, world_size=2, gpus_per_node=2)
+    four_accum = work(seq_len=16, world_size=2, gpus_per_node=2, gradient_accumulation_steps=4)
+    buckets = throughput.stage2_reductions(spec, two)
+    assert buckets >= 1
+    assert throughput.reductions_across_ranks(spec, STRATEGIES["2"], two) == buckets
+    assert throughput.reductions_across_ranks(spec, STRATEGIES["1"], four_accum) == pytest.approx(buckets / 4)
+    assert throughput.reductions_across_ranks(spec, STRATEGIES["2"], four_accum) == buckets
+    for name, workload in (("1", one), ("2", one), ("0", two), ("3", two)):
+        assert throughput.reductions_across_ranks(spec, STRATEGIES[name], workload) == 0
+        assert throughput.host_seconds(spec, STRATEGIES[name], workload, cal) == throughput.host_seconds(
+            spec, STRATEGIES[name], workload, off)
+    for name in ("1", "2"):
+        added = throughput.host_seconds(spec, STRATEGIES[name], two, cal) - throughput.host_seconds(spec, STRATEGIES[name], two, off)
+        assert added == pytest.approx(buckets * 2e-3)
+    # a user's JSON with DeepSpeed's 5e8-element buckets: one or two a step, so next to nothing across ranks
+    minimal = ZeroBuffers.from_ds_config({"zero_optimization": {"stage": 2}}, spec.hidden_size)
+    assert throughput.host_seconds(spec, STRATEGIES["2"], two, cal, minimal) - throughput.host_seconds(
+        spec, STRATEGIES["2"], two, off, minimal) == pytest.approx(2e-3)
+
+
 def test_zero3s_reductions_follow_the_users_bucket_size():
     """A JSON that leaves reduce_bucket_size out gets DeepSpeed's 5e8 elements: a bucket or two per backward where
     ours (hidden^2) closes one per weight matrix; on several GPUs each costs the host stage3_seconds_per_reduction."""

@@ -168,7 +168,7 @@ def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
     assert two.calibration.stage3_sync_growth_per_doubling == 0.0 and two.calibration.stage3_seconds_per_reduction > 0
     # the one-GPU constants are the same either way: runs of several GPUs fit the gather, the reduction and their growth
     assert replace(both.calibration, stage3_seconds_per_gather=0.0, stage3_seconds_per_reduction=0.0,
-                   stage3_sync_growth_per_doubling=0.0) == one_gpu.calibration  # fmt: skip
+                   stage3_sync_growth_per_doubling=0.0, seconds_per_reduction_across_ranks=0.0) == one_gpu.calibration  # fmt: skip
     zero3 = [f for f in everything if f.world_size > 1 and f.strategy == "3"]
     assert len(zero3) >= 10
 
@@ -176,6 +176,29 @@ def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
         return sum(abs(predict(f, result.for_case(f)) / f.measured_s - 1) for f in zero3) / len(zero3)
 
     assert error(both) < 0.8 * error(one_gpu)
+
+
+def test_zero12s_buckets_across_ranks_are_fitted_on_several_gpus_and_explain_them():
+    """ZeRO-1/2 on several GPUs: each gradient bucket reduced across the ranks costs the host time the one-GPU
+    constants cannot show (GPT-2 medium's ZeRO-1 at 4 x 1,024 measured as slow on two and four H100s as on one)."""
+    from dataclasses import replace
+
+    everything = [features(c) for c in measured_cases(4096, gpus=None) if c.method == "full"]
+    base = replace(load_calibration(), seconds_per_reduction_across_ranks=0.0)
+    one_gpu = fit([f for f in everything if f.world_size == 1], base)
+    both = fit(everything, base)
+    assert one_gpu.calibration.seconds_per_reduction_across_ranks == 0.0  # nothing to fit it on
+    assert both.calibration.seconds_per_reduction_across_ranks > 0
+    # only ZeRO-1/2's runs of several GPUs carry the term
+    assert all(f.reductions_across == 0 for f in everything if f.world_size == 1 or f.strategy in ("0", "3"))
+    zero12 = [f for f in everything if f.world_size > 1 and f.reductions_across and not f.cpu_adam_params]
+    assert len(zero12) >= 50
+
+    def errors(result) -> list[float]:
+        return [abs(predict(f, result.for_case(f)) / f.measured_s - 1) for f in zero12]
+
+    assert max(errors(both)) < 0.8 * max(errors(one_gpu))
+    assert statistics.median(errors(both)) < statistics.median(errors(one_gpu))
 
 
 def test_plans_of_several_gpus_state_the_several_gpu_error(capsys):
@@ -283,8 +306,9 @@ def test_a_gpu_other_than_the_reference_gets_its_memory_rate_from_its_own_runs()
     result = fit(everything)
     reference = result.calibration.memory_fraction
     # two H200s ran a mixture of small experts 14-18% slower than the catalog's 4.8 TB/s at the H100's fraction
-    # said (2026-11-27): the H200's own fraction is lower, its achieved rate still above the H100's
-    assert result.gpu_memory["H200"] < 0.9 * reference
+    # said (2026-11-27): the H200's own fraction is lower, its achieved rate still above the H100's (0.585 against
+    # 0.68; 0.615 since ZeRO-1/2's buckets across ranks are counted, which its small steps on several GPUs carry)
+    assert result.gpu_memory["H200"] < 0.95 * reference
     h200_bandwidth, h100_bandwidth = (find_gpu(name).memory_bandwidth_bytes_per_s for name in ("H200", "H100"))
     assert result.gpu_memory["H200"] * h200_bandwidth > reference * h100_bandwidth
     assert "H100-SXM" not in result.gpu_memory  # the reference GPU keeps the fitted memory_fraction
@@ -335,7 +359,9 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     # each); OPT-1.3B and Pythia-1.4B on one H200 (2026-11-29, seventeenth session: two families no run had timed,
     # eight candidates each); GPT-2 XL on one H200 (2026-11-29, eighteenth session, eight candidates, predicted before
     # it ran); Falcon-7B's pick on one H200 (2026-11-29, nineteenth session: SDPA's math kernel; ZeRO-3 at 5 with
-    # checkpointing, alone: the rest of that call and the call before were ladders, or ran out of memory).
+    # checkpointing, alone: the rest of that call and the call before were ladders, or ran out of memory); OPT-6.7B
+    # and Qwen3-8B on one H200 (2026-11-29, twentieth session: ZeRO-3 at 4, and at 20 with checkpointing; ZeRO-3 at 2
+    # with checkpointing, its only fit; predicted before they ran).
     # The eager/SDPA pairs timed the same way are no planner setting.
     several = {"h200x2-i26-gemma2-one-sync-2026-11-27.jsonl", "h200x2-i26-gemma2-eager-2026-11-28.jsonl",
                "h200x4-i26-gemma2-eager-2026-11-28.jsonl", "h200x2-i26-gemma2-eager-cap-2026-11-28.jsonl",
@@ -345,8 +371,8 @@ def test_a_sweep_timed_as_zero_runs_loop_counts_for_plan_quality_but_not_for_the
     assert files == several | {"h200x1-i26-qwen1.5b-cap-2026-11-28.jsonl", "h200x1-i26-qwen3-4b-2026-11-28.jsonl",
                                "h200x1-i26-gpt2-large-2026-11-28.jsonl", "h200x1-i26-opt-1.3b-2026-11-29.jsonl",
                                "h200x1-i26-pythia-1.4b-2026-11-29.jsonl", "h200x1-i26-gpt2-xl-2026-11-29.jsonl",
-                               "h200x1-i26-falcon-7b-pick-2026-11-29.jsonl"}
-    assert len(one_sync) == 37 + 5 + 8 + 6 + 12 + 6 + 8 + 8 + 8 + 8 + 8 + 1  # fmt: skip
+                               "h200x1-i26-falcon-7b-pick-2026-11-29.jsonl", "h200x1-i26-big-2026-11-29.jsonl"}
+    assert len(one_sync) == 37 + 5 + 8 + 6 + 12 + 6 + 8 + 8 + 8 + 8 + 8 + 1 + 3  # fmt: skip
     assert not {c.name for c in one_sync} & {c.name for c in measured_cases(4096, gpus=None)}
     ratios = several_gpus(4096)
     out = capsys.readouterr().out.splitlines()

@@ -12,6 +12,9 @@ GPU is
                                                        its forward twice)
             + reductions * stage2_seconds_per_reduction  (stage 2: overlap_comm synchronizes the device once per
                                                        gradient bucket it reduces, so the host cannot run ahead)
+            + reductions * seconds_per_reduction_across_ranks  (stages 1-2 on several GPUs: each bucket's
+                                                       all-reduce on the host's thread; stage 1 once per
+                                                       optimizer step)
     micro_s = smax(gpu_s, host_s)                     (stages 0-2: the GPU waits for the host where its work is
                                                        shorter, small micro-batches of small models, and on
                                                        runs of short kernels where the two are close: smax is
@@ -128,6 +131,18 @@ class Calibration:
     ran the same host-bound ZeRO-3 cases on 2 and on 4 of their GPUs (2026-11-27): 17 of 20 took longer on four
     (median +11%: +22% on one machine, +7% on the other; up to +58%), where the model's GPU and communication
     terms shrink. Eight GPUs and several nodes are not measured: the logarithm is the assumption there."""
+    seconds_per_reduction_across_ranks: float = 0.0
+    """FITTED on runs of several GPUs (stages 1-2; the one-GPU constants fixed): the host seconds of one gradient
+    bucket ZeRO-1 or ZeRO-2 reduces across the ranks (stage2_reductions), beside the GPU's work like the layers'
+    launches. Every rank walks every gradient into its buckets (stage_1_and_2.py reduce_gradients at stage 1, the
+    backward hooks at stage 2: reduce_independent_p_g_buckets_and_remove_grads for each parameter), and on several
+    ranks each bucket is all-reduced (allreduce_and_copy / average_tensor: flatten, NCCL call, copy back), each rank
+    waiting at the collective for the slowest. Stage 1 reduces at the accumulation boundary only, stage 2 in every
+    micro-step. Without it the model had GPT-2 medium's ZeRO-1 at 4 x 1,024 about 30% faster on two and four H100s
+    than on one, where it measured as slow (0.128-0.179 s a step against 0.124-0.168; 195 buckets). Fitted on the 83
+    committed stage 1-2 runs of several GPUs without offload (2026-11-29): 0.33 ms a bucket (ZeRO-3's
+    stage3_seconds_per_reduction: 0.60); their largest error 44% -> 27%, median 5.8% -> 3.1%. On one GPU DeepSpeed
+    walks the same buckets without a collective: that time is in the one-GPU constants."""
     seconds_per_grad_tensor: float = 0.0
     """FITTED with optimizer_bytes_per_param (stages 0-2, one GPU): the host seconds DeepSpeed spends on each gradient
     tensor, one tensor at a time, while the GPU waits (grad_tensor_passes). Stages 0-2 check every gradient of the
@@ -1131,14 +1146,26 @@ def layer_passes(spec: ModelSpec, workload: Workload) -> float:
 def host_seconds(spec: ModelSpec, strategy: Strategy, workload: Workload, calibration: Calibration | None = None,
                  buffers: ZeroBuffers | None = None) -> float:
     """Returns the host's seconds of one micro-step at stages 0-2: layer passes x host_seconds_per_layer, plus
-    ZeRO-2's reductions x stage2_seconds_per_reduction (buckets of `buffers`' reduce_bucket_size: a user's JSON;
-    ours unless given)."""
+    ZeRO-2's reductions x stage2_seconds_per_reduction, plus on several GPUs ZeRO-1/2's buckets reduced across the
+    ranks x seconds_per_reduction_across_ranks (buckets of `buffers`' reduce_bucket_size: a user's JSON; ours unless
+    given)."""
     cal = calibration or load_calibration()
     seconds = layer_passes(spec, workload) * cal.host_seconds_per_layer
+    bucket = buffers.reduce_bucket_size if buffers else None
     if strategy.stage == 2:
-        bucket = buffers.reduce_bucket_size if buffers else None
         seconds += stage2_reductions(spec, workload, bucket=bucket) * cal.stage2_seconds_per_reduction
-    return seconds
+    return seconds + reductions_across_ranks(spec, strategy, workload, bucket) * cal.seconds_per_reduction_across_ranks
+
+
+def reductions_across_ranks(spec: ModelSpec, strategy: Strategy, workload: Workload, bucket: int | None = None) -> float:
+    """Returns the gradient buckets ZeRO-1/2 reduce across the ranks per micro-step (0 on one GPU and at stages 0
+    and 3, whose reductions are counted elsewhere): stage2_reductions in every micro-step at stage 2, once per
+    optimizer step at stage 1 (the accumulation boundary), spread over its micro-steps
+    (Calibration.seconds_per_reduction_across_ranks)."""
+    if strategy.stage not in (1, 2) or workload.world_size <= 1:
+        return 0.0
+    reductions = stage2_reductions(spec, workload, bucket=bucket)
+    return reductions / workload.gradient_accumulation_steps if strategy.stage == 1 else float(reductions)
 
 
 def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = None) -> int:
