@@ -69,6 +69,7 @@ def test_twins_of_the_benchmark_configs():
         "mistral-7b.json": "mistral-7b-v0.3", "mistral-7b-v0.1.json": "mistral-7b-v0.1",
         "qwen2.5-3b.json": "qwen2.5-3b", "qwen2.5-7b.json": "qwen2.5-7b", "qwen2.5-14b.json": "qwen2.5-14b",
         "qwen2.5-0.5b.json": "qwen2.5-0.5b", "qwen2.5-1.5b.json": "qwen2.5-1.5b", "qwen3-1.7b.json": "qwen3-1.7b",
+        "qwen3-8b.json": "qwen3-8b",
         "phi3-mini.json": "phi-3-mini-4k", "gemma2-2b.json": "gemma-2-2b", "gpt2-large.json": "gpt2-large",
         "gpt2-medium.json": "gpt2-medium", "gpt2-xl.json": "gpt2-xl",
         # Meta-Llama-3-8B's layers, vocabulary and widths are Llama-3.1-8B's (only rope scaling differs, which keeps
