@@ -22,7 +22,7 @@ power of OVERLAP_POWERS in turn, keeping the fit of least in-sample squared erro
   5. ZeRO-3 on several GPUs: the host seconds of each gather across ranks (1-d search over the
      runs of several GPUs, each at its host's per-fetch time; 1-4 fixed, and fitted on one GPU only);
   6. ZeRO-1/2 on several GPUs without offload: the host seconds of each gradient bucket reduced across ranks
-     (1-d search, 1-5 fixed), then each other GPU's device-memory fraction again with it counted, and it again.
+     (1-d search, 1-5 fixed), then each other GPU's device-memory fraction again with it counted; both twice.
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
@@ -407,6 +407,12 @@ def host_bound_launches(c: Features, cal: Calibration) -> bool:
     return host_seconds(c, cal) > 0.5 * gpu_seconds(c, cal)
 
 
+def buckets_across_ranks_runs(several: list[Features]) -> list[Features]:
+    """Returns the runs of several GPUs that show ZeRO-1/2's buckets reduced across ranks: stages 1-2 without offload
+    (fit_host_rate's trials leave CPU Adam out; offload runs get the term too, their buckets reduced the same way)."""
+    return [c for c in several if c.reductions_across and not c.cpu_adam_params]
+
+
 def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: str | None = None) -> Fit:
     """Returns the Fit of `cases`: GPU constants on the reference GPU's runs, CPU Adam per host on all hosts'."""
     # each fit fits its own device-memory fractions (fit_gpu_memory) and buckets across ranks (below), from none
@@ -457,15 +463,13 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     gpu_memory = gpu_memory_of(cal)
     # ZeRO-3's gather on several GPUs, the one-GPU terms (and each host's per-fetch time) fixed
     cal = fit_gather([c for c in several if c.strategy == "3"], Fit(cal, rates, stage3, stage2, gpu_memory))
-    # ZeRO-1/2's buckets reduced across ranks, on their runs of several GPUs without offload (fit_host_rate's trials
-    # leave CPU Adam out; offload runs get the term too, as their buckets are reduced the same way); then each other
-    # GPU's memory rate again with them counted (its runs of several GPUs carry them), and the buckets again
-    zero12 = [c for c in several if c.reductions_across and not c.cpu_adam_params]
-    for _ in range(2):
-        cal = fit_host_rate(zero12, replace(cal, seconds_per_reduction_across_ranks=0.0),
-                            "seconds_per_reduction_across_ranks", 1e-5, 300, 7,
+    # ZeRO-1/2's buckets reduced across ranks (from 0: base), then each other GPU's memory rate again with them counted
+    # (its runs of several GPUs carry them); twice
+    zero12 = buckets_across_ranks_runs(several)
+    for _ in range(2 if zero12 else 0):
+        cal = fit_host_rate(zero12, cal, "seconds_per_reduction_across_ranks", 1e-5, 300, 7,
                             Fit(cal, rates, stage3, stage2, gpu_memory).for_case)
-        gpu_memory = gpu_memory_of(cal) if zero12 else gpu_memory
+        gpu_memory = gpu_memory_of(cal)
     # A host seen only in runs of several GPUs (the lent 2- and 4-GPU machines) gets its CPU Adam rate from those
     # runs' offload cases, as every one-GPU host does from its own: the optimizer step is the node's CPU Adam
     # (Llama 3.2 1B's took 0.38-0.41 s on two GPUs and on four, 2026-11-26), a property of the host that
@@ -560,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  stage 3, several GPUs x{1 + cal.stage3_sync_growth_per_doubling:.2f} on both per doubling of the ranks beyond "
           f"two ({sum(c.strategy == '3' and c.world_size > 2 for c in several)} runs of more than two)")
     print(f"  stages 1-2, several GPUs {cal.seconds_per_reduction_across_ranks * 1e3:.2f} ms host time per bucket "
-          f"reduced across ranks ({sum(c.reductions_across > 0 and not c.cpu_adam_params for c in several)} runs)")
+          f"reduced across ranks ({len(buckets_across_ranks_runs(several))} runs)")
     print(f"  stage 2              {cal.stage2_seconds_per_reduction * 1e3:.2f} ms host time per reduced bucket")
     print(f"  host                 {cal.host_seconds_per_layer * 1e3:.2f} ms per decoder layer's forward and backward")
     print(f"  host and GPU         smooth maximum of power {cal.host_overlap_power} (host_overlap_power)")
