@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.memory_regression import load_cases, predict, run_capacity, workload_of  # noqa: E402
 from zero_planner.hardware import GPU, find_gpu  # noqa: E402
 from zero_planner.models.spec import ModelSpec, spec_from_config  # noqa: E402
-from zero_planner.plan.memory import ALLOC_CONF, Workload  # noqa: E402
+from zero_planner.plan.memory import ALLOC_CONF, Workload, ZeroBuffers  # noqa: E402
 from zero_planner.plan.search import pick_fastest  # noqa: E402
 from zero_planner.plan.throughput import (eager_attention_bytes, eager_attention_seconds, estimate_step_time,  # noqa: E402
                                           training_flops, warmup_steps)
@@ -80,8 +80,16 @@ class MeasuredCase:
         and PCIe. Its memory figures hold; its step time may be slowed (seen: ZeRO-1/2 and offload cases)."""
         return shared_host(self.row)
 
+    @property
+    def buffers(self) -> ZeroBuffers | None:
+        """The ZeRO sizes of the run's own DeepSpeed JSON where it is not ours (timing_suite.py's `variant`: another
+        reduce bucket size or persistence threshold), as zero-plan reads a user's (--ds-config); None for ours."""
+        case = self.row["case"]
+        return ZeroBuffers.from_ds_config(case["deepspeed_config"], self.spec.hidden_size) if case.get("variant") else None
+
     def predicted_tokens_per_second(self) -> float:
-        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload).tokens_per_second
+        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload,
+                                  buffers=self.buffers).tokens_per_second
 
     @property
     def setting(self) -> tuple | None:
@@ -132,19 +140,37 @@ def most_steps(rows: list[dict]) -> list[dict]:
     return [row for row in rows if len(timed_steps(row)) == longest[key(row)]]
 
 
+def read_variant(row: dict) -> bool:
+    """True for a run of another DeepSpeed JSON than ours (timing_suite.py's `variant`) on several GPUs whose
+    differences the step-time model reads (MeasuredCase.buffers): ZeRO-1/2's and ZeRO-3's reduce bucket size,
+    ZeRO-3's persistence threshold; not ZeRO-2 without overlap_comm, which it does not model (user_configs). On
+    several GPUs they are the runs that tell ZeRO-3's gathers across ranks from its buckets: with our JSON's
+    hidden^2 buckets every family but GPT-2 reduces about one bucket per two gathers, so without GPT-2 the fit
+    could not tell the two apart (it put 0.27 ms on a gather and none on a bucket, GPT-2's runs then predicted up to
+    56% fast); DeepSpeed's own 5e8 buckets (a handful a step) and 1e5 ones (hundreds) set them apart in four families.
+    On one GPU the model has no ZeRO-3 bucket term (its buckets are in the per-fetch time) to read them with."""
+    case = row["case"]
+    if not case.get("variant") or case["num_gpus"] < 2:
+        return False
+    zero = case["deepspeed_config"].get("zero_optimization", {})
+    return not (zero.get("stage") == 2 and not zero.get("overlap_comm", False))
+
+
 def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int | None = 1,
-                   one_sync: bool = False, over_card: bool = False) -> list[MeasuredCase]:
+                   one_sync: bool = False, over_card: bool = False, own_json: bool = False) -> list[MeasuredCase]:
     """Returns the committed cases of `gpus` GPUs (None: any number) that ran alone, with step times, at >=
-    min_tokens per micro-step, less diagnostic variants of our DeepSpeed JSON (timing_suite.py's `variant`: a
-    setting the planner never writes and the model does not see) and the memory diagnostics of stream_pools.py (a
+    min_tokens per micro-step, less the runs of another DeepSpeed JSON than ours (timing_suite.py's `variant`: a
+    setting the planner never writes; but see own_json) and the memory diagnostics of stream_pools.py (a
     snapshot of every allocator segment at each phase's end, inside the timed steps); with host_shared, also those whose host ran
     another harness's cases meanwhile (MeasuredCase.host_shared); with one_sync, only the runs timed as zero-run's
     loop runs (gpu_step.py phase_sync False: one wait per step), which the fit does not see. Runs predicted over
-    their card (over_its_card) are left out; with over_card, only those are returned."""
+    their card (over_its_card) are left out; with over_card, only those are returned. With own_json, also the runs of
+    another DeepSpeed JSON whose differences the model reads on several GPUs (read_variant), each predicted with its
+    own (MeasuredCase.buffers): the fit and the stated errors take them."""
     specs: dict = {}
     cases = []
     rows = [row for row in load_cases() if row["status"] == "ok" and not row.get("gpu_shared")
-            and row["case"].get("kind") != "zero-run" and not row["case"].get("variant")
+            and row["case"].get("kind") != "zero-run" and (not row["case"].get("variant") or own_json and read_variant(row))
             and not row["case"].get("stream_pools") and over_its_card(row) == over_card
             and row["case"].get("phase_sync", True) != one_sync
             and (gpus is None or row["case"]["num_gpus"] == gpus)]  # fmt: skip
@@ -382,16 +408,15 @@ def several_gpus(min_tokens: int) -> list[float]:
 
 def user_configs() -> list[tuple[str, float, float, float]]:
     """Prints and returns (case, measured s, predicted s with its own DeepSpeed JSON, predicted with ours) for the
-    committed runs of a DeepSpeed JSON other than ours (timing_suite.py's variants: not fitted, so out of sample):
-    the step-time model reads a user's ZeRO-2 bucket size and ZeRO-3 persistence threshold (`--ds-config`)."""
-    from zero_planner.plan.memory import ZeroBuffers
-
+    committed runs of a DeepSpeed JSON other than ours (timing_suite.py's variants): the step-time model reads a
+    user's ZeRO-2 bucket size and ZeRO-3 persistence threshold (`--ds-config`). Those of several GPUs that it reads
+    (read_variant) are fitted and in the stated errors (marked "fitted"); the rest are out of sample."""
     rows = [row for row in load_cases() if row["status"] == "ok" and row["case"].get("variant")
             and not row.get("gpu_shared") and not shared_host(row) and not row["case"].get("stream_pools")]  # fmt: skip
     if not rows:
         return []
-    print("\nanother DeepSpeed JSON than ours (not fitted): step seconds measured, predicted with the run's own JSON "
-          "(--ds-config), with ours")
+    print("\nanother DeepSpeed JSON than ours: step seconds measured, predicted with the run's own JSON (--ds-config), "
+          "with ours; \"fitted\": several GPUs' runs the fit and the stated errors take (read_variant), the rest out of sample")
     out = []
     for row in rows:
         case = row["case"]
@@ -404,7 +429,8 @@ def user_configs() -> list[tuple[str, float, float, float]]:
         own = estimate_step_time(spec, strategy, gpu, workload, buffers=buffers).step_s
         ours = estimate_step_time(spec, strategy, gpu, workload).step_s
         print(f"  {row['id'][:64]:64s} {measured:6.3f}  {own:6.3f} ({own / measured - 1:+.0%})  {ours:6.3f} "
-              f"({ours / measured - 1:+.0%})  overlap_comm {buffers.overlap_comm}, reduce_bucket_size {buffers.reduce_bucket_size:.3g}")
+              f"({ours / measured - 1:+.0%})  overlap_comm {buffers.overlap_comm}, reduce_bucket_size {buffers.reduce_bucket_size:.3g}"
+              f"{'  fitted' if read_variant(row) else ''}")
         out.append((row["id"], measured, own, ours))
     print("  (ZeRO-2 without overlap_comm is not modelled: it is counted per bucket like overlap_comm's synchronize; at\n"
           "  DeepSpeed's 5e8 buckets that is a handful, and those runs took ZeRO-1's time or a little more)")
@@ -538,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     shared = [c for c in cases if c.host_shared]
     if shared:
         error_table(shared, "the same, host shared with another harness (indicative, not in the figures above)")
-    computed = validate([c for c in measured_cases(args.min_tokens, gpus=None) if not c.host_shared])
+    computed = validate([c for c in measured_cases(args.min_tokens, gpus=None, own_json=True) if not c.host_shared])
     repeat_spread()
     # with the one-GPU sweeps timed as zero-run's loop runs (one wait per step; not fitted), as several_gpus does
     one_sync = [c for c in measured_cases(args.min_tokens, one_sync=True, host_shared=True) if c.setting is not None]

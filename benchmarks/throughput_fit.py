@@ -26,8 +26,10 @@ power of OVERLAP_POWERS in turn, keeping the fit of least in-sample squared erro
 Everything is deterministic (grids and closed-form least squares: no random starts) and takes well under a
 second, so benchmarks/throughput_check.py refits once per architecture family to validate out of family.
 `--write` stores the constants and the errors throughput_check computes into zero_planner/catalog/step_time.json.
-Cases: throughput_check.measured_cases (status ok, alone on GPU and host, >= --min-tokens tokens per micro-step);
-runs of several GPUs enter steps 5 and 6 only (and each other GPU's device-memory fraction).
+Cases: throughput_check.measured_cases (status ok, alone on GPU and host, >= --min-tokens tokens per micro-step),
+with the runs of several GPUs under another DeepSpeed JSON whose bucket size or persistence threshold the model reads
+(throughput_check.read_variant), each at its own JSON's counts; runs of several GPUs enter steps 5 and 6 only (and
+each other GPU's device-memory fraction).
 """
 
 from __future__ import annotations
@@ -127,9 +129,13 @@ def host_of(case) -> str:
 
 def features(case, base: Calibration | None = None) -> Features:
     """Returns the case's Features; a routed expert's GEMM FLOPs and a misaligned GEMM's count at `base`'s measured
-    shares of the matmul rate (benchmarks/kernel_rates.py, not fitted here)."""
+    shares of the matmul rate (benchmarks/kernel_rates.py, not fitted here); fetches, gathers and buckets at the
+    case's own DeepSpeed JSON's sizes where it has one (MeasuredCase.buffers), as estimate_step_time reads them."""
     base = base or load_calibration()
     spec, workload, strategy, gpu = case.spec, case.workload, STRATEGIES[case.strategy], case.gpu
+    buffers = getattr(case, "buffers", None)  # a run's own DeepSpeed JSON (throughput_check.read_variant); ours if None
+    threshold = buffers.param_persistence_threshold if buffers else None
+    bucket = buffers.reduce_bucket_size if buffers else None
     psi = throughput.trainable_params(spec, workload) / (workload.world_size if strategy.stage >= 1 else 1)
     peak = throughput.peak_flops(gpu, workload.precision)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
@@ -157,17 +163,17 @@ def features(case, base: Calibration | None = None) -> Features:
         broadcast_s=(broadcast / throughput.broadcast_bytes_per_s(gpu, base)
                      + throughput.zero3_bias_seconds(spec, strategy, gpu, workload, base)),
         optimizer_param_s=0.0 if strategy.offload_optimizer != "none" else psi / bandwidth,
-        fetches=throughput.stage3_fetches(spec, workload) if strategy.stage == 3 else 0,
-        reductions=throughput.stage2_reductions(spec, workload) if strategy.stage == 2 else 0,
+        fetches=throughput.stage3_fetches(spec, workload, threshold) if strategy.stage == 3 else 0,
+        reductions=throughput.stage2_reductions(spec, workload, bucket=bucket) if strategy.stage == 2 else 0,
         layer_passes=throughput.layer_passes(spec, workload),
         cpu_adam_params=throughput.cpu_adam_params(spec, strategy, workload),
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
         world_size=workload.world_size,
-        gathers=throughput.stage3_gathers(spec, workload) if stage3_across_ranks else 0,
-        stage3_reductions=throughput.stage2_reductions(spec, workload) if stage3_across_ranks else 0,
+        gathers=throughput.stage3_gathers(spec, workload, threshold) if stage3_across_ranks else 0,
+        stage3_reductions=throughput.stage2_reductions(spec, workload, bucket=bucket) if stage3_across_ranks else 0,
         communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
         grad_tensors=throughput.grad_tensor_passes(spec, strategy, workload),
-        reductions_across=throughput.reductions_across_ranks(spec, strategy, workload),
+        reductions_across=throughput.reductions_across_ranks(spec, strategy, workload, bucket),
     )
 
 
@@ -535,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         elif broadcast:  # a rate of its own GPU, not the reference's
             own = {**dict(base.gpu_broadcast_fractions), gpu: float(broadcast)}
             base = replace(base, gpu_broadcast_fractions=tuple(sorted(own.items())))
-    everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None) if c.method == "full"]
+    everything = [features(c, base) for c in measured_cases(args.min_tokens, gpus=None, own_json=True) if c.method == "full"]
     cases = [c for c in everything if c.world_size == 1]
     result = None
     if args.write_errors:
@@ -584,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:12s} {summary([predict(c, result.for_case(c)) / c.measured_s - 1 for c in subset])}")
     if args.write or args.write_errors:
         kept = load_calibration() if args.write_errors else result.with_gpu_memory()
-        error = validate(measured_cases(args.min_tokens, gpus=None), quiet=True, base=kept)
+        error = validate(measured_cases(args.min_tokens, gpus=None, own_json=True), quiet=True, base=kept)
         write_calibration(kept, error)
         print(f"\nwrote {STEP_TIME_JSON.relative_to(ROOT)}: out of family median {error['out_of_family_median']:.1%}, "
               f"max {error['out_of_family_max']:.1%}")  # fmt: skip
