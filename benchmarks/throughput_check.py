@@ -181,16 +181,23 @@ def measured_cases(min_tokens: int = 4096, host_shared: bool = False, gpus: int 
             continue
         if shared_host(row) and not host_shared:
             continue
-        key = json.dumps(case["model_config"], sort_keys=True)
-        if key not in specs:
-            specs[key] = spec_from_config(case["model_config"], case["model"])
-        spec = specs[key]
-        cases.append(MeasuredCase(
-            name=row["id"], model=case["model"], strategy=case["strategy"], method=case.get("method", "full"),
-            spec=spec, workload=workload_of(row, spec), seconds=statistics.median(times), row=row,
-            gpu=find_gpu(row["provenance"]["gpu"].replace("NVIDIA ", "").split()[0]),
-        ))
+        cases.append(measured_case(row, specs))
     return cases
+
+
+def measured_case(row: dict, specs: dict) -> MeasuredCase:
+    """Returns the committed run `row` as a MeasuredCase (its median timed step); `specs` caches the model specs by
+    config."""
+    case = row["case"]
+    key = json.dumps(case["model_config"], sort_keys=True)
+    if key not in specs:
+        specs[key] = spec_from_config(case["model_config"], case["model"])
+    spec = specs[key]
+    return MeasuredCase(
+        name=row["id"], model=case["model"], strategy=case["strategy"], method=case.get("method", "full"),
+        spec=spec, workload=workload_of(row, spec), seconds=statistics.median(timed_steps(row)), row=row,
+        gpu=find_gpu(row["provenance"]["gpu"].replace("NVIDIA ", "").split()[0]),
+    )
 
 
 def over_the_card(min_tokens: int) -> None:
@@ -417,17 +424,12 @@ def user_configs() -> list[tuple[str, float, float, float]]:
         return []
     print("\nanother DeepSpeed JSON than ours: step seconds measured, predicted with the run's own JSON (--ds-config), "
           "with ours; \"fitted\": several GPUs' runs the fit and the stated errors take (read_variant), the rest out of sample")
-    out = []
+    out, specs = [], {}
     for row in rows:
-        case = row["case"]
-        spec = spec_from_config(case["model_config"], case["model"])
-        workload = workload_of(row, spec)
-        gpu = find_gpu(row["provenance"]["gpu"].replace("NVIDIA ", "").split()[0])
-        strategy = STRATEGIES[case["strategy"]]
-        buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
-        measured = statistics.median(timed_steps(row))
-        own = estimate_step_time(spec, strategy, gpu, workload, buffers=buffers).step_s
-        ours = estimate_step_time(spec, strategy, gpu, workload).step_s
+        c = measured_case(row, specs)
+        strategy, buffers, measured = STRATEGIES[c.strategy], c.buffers, c.seconds
+        own = estimate_step_time(c.spec, strategy, c.gpu, c.workload, buffers=buffers).step_s
+        ours = estimate_step_time(c.spec, strategy, c.gpu, c.workload).step_s
         print(f"  {row['id'][:64]:64s} {measured:6.3f}  {own:6.3f} ({own / measured - 1:+.0%})  {ours:6.3f} "
               f"({ours / measured - 1:+.0%})  overlap_comm {buffers.overlap_comm}, reduce_bucket_size {buffers.reduce_bucket_size:.3g}"
               f"{'  fitted' if read_variant(row) else ''}")

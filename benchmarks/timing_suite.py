@@ -501,7 +501,7 @@ SUITES = {
                      "ladders": [("opt-6.7b", 2048, "3", False, (5,)), ("opt-6.7b", 2048, "3", True, (21,)),
                                  ("qwen3-8b", 2048, "3", True, (3,))], "phase_sync": False},
     # ZeRO-3's gradient buckets on one GPU: the model counts them only across ranks (on one GPU they sit in the time
-    # per fetch), yet on one H100 DeepSpeed's 5e8 buckets ran these host-bound steps 15-29% faster than ours. Ours,
+    # per fetch), yet on one H100 DeepSpeed's 5e8 buckets ran these host-bound steps 8-29% faster than predicted. Ours,
     # then 5e8 (a handful), then 1e5 (a bucket per tensor above it: more than ours) on one H200, side by side
     "i26-z3-buckets-h200": {"gpu": "H200", "settings": [], "steps": 10,
                             "ladders": [(m, seq, "3", False, (mb,)) for m, seq, mb, _, _ in STAGE3_BUCKET_PAIRS[:4]],
