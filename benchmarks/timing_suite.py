@@ -92,6 +92,8 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            at 2 with checkpointing), every candidate without offload and the micro-batch above each
   i26-z3-buckets-h200      host-bound ZeRO-3 of four families on one H200 at our reduce buckets, DeepSpeed's 5e8
                            and 1e5: the buckets' host time on one GPU
+  i26-z3-user-h200         ZeRO-3 of seven other families on one H200 at ours and at a minimal user JSON's stage-3
+                           defaults (5e8 buckets), host-bound and GPU-bound: the one-GPU bucket term out of sample
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
 """
@@ -142,6 +144,14 @@ DS_DEFAULT_ZERO2 = {"overlap_comm": False, "contiguous_gradients": True, "reduce
 """DeepSpeed 0.19.8's stage-2 settings where a JSON is silent (deepspeed/runtime/zero/config.py)."""
 DS_DEFAULT_BUCKET = {"reduce_bucket_size": 500_000_000}
 """DeepSpeed 0.19.8's reduce_bucket_size where a JSON is silent (deepspeed/runtime/zero/config.py), every stage."""
+
+DS_DEFAULT_ZERO3 = {"reduce_bucket_size": 500_000_000, "stage3_prefetch_bucket_size": 50_000_000,
+                    "stage3_param_persistence_threshold": 100_000}
+"""DeepSpeed 0.19.8's stage-3 sizes where a JSON is silent (deepspeed/runtime/zero/config.py; overlap_comm and
+contiguous_gradients default on at stage 3, max live parameters and reuse distance 1e9, as ours)."""
+Z3_USER_CASES = [("phi3-mini", (2,)), ("gemma2-2b", (2,)), ("qwen2.5-1.5b", (2, 8)), ("opt-1.3b", (2,)),
+                 ("pythia-1.4b", (2,)), ("llama3.2-3b", (2, 8)), ("qwen3-4b", (2,))]
+"""i26-z3-user-h200's ZeRO-3 cases (model, micro-batches at 2,048 tokens)."""
 
 STAGE3_BUCKET_PAIRS = [("llama3.2-1b", 2048, 2, "bucket-5e8", DS_DEFAULT_BUCKET),
                        ("gpt2-medium", 1024, 4, "bucket-5e8", DS_DEFAULT_BUCKET),
@@ -509,6 +519,13 @@ SUITES = {
                                          for m, seq, mb, _, _ in STAGE3_BUCKET_PAIRS[:4] if m != "qwen2.5-0.5b"]
                             + [(m, seq, "3", False, mb, "bucket-1e5", {"reduce_bucket_size": 100_000})
                                for m, seq, mb, _, _ in STAGE3_BUCKET_PAIRS[:4]]},
+    # A user's minimal ZeRO-3 JSON on one GPU (DS_DEFAULT_ZERO3: 5e8 reduce buckets, DeepSpeed's prefetch bucket and
+    # persistence threshold) beside ours, in families the bucket runs above never had, host-bound (2 x 2,048) and two
+    # GPU-bound (8 x 2,048): predicted with the one-GPU bucket term before they ran, and the runs' memory at that JSON
+    "i26-z3-user-h200": {"gpu": "H200", "settings": [], "steps": 8,
+                         "ladders": [(m, 2048, "3", False, mbs) for m, mbs in Z3_USER_CASES],
+                         "variants": [(m, 2048, "3", False, mb, "ds-defaults", DS_DEFAULT_ZERO3)
+                                      for m, mbs in Z3_USER_CASES for mb in mbs]},
     # where the model's one-GPU step time goes wrong at the GPU-bound micro-batches auto picks: each step's kernel
     # seconds by kind (GEMMs, attention, the memory-bound rest, the fused optimizer) and its idle time, beside the
     # model's parts. The model is 4-9% slow on Qwen3-4B, GPT-2 large and Llama 3.2 3B's picks, 4% fast on Phi-3's
