@@ -141,16 +141,17 @@ def most_steps(rows: list[dict]) -> list[dict]:
 
 
 def read_variant(row: dict) -> bool:
-    """True for a run of another DeepSpeed JSON than ours (timing_suite.py's `variant`) on several GPUs whose
+    """True for a run of another DeepSpeed JSON than ours (timing_suite.py's `variant`) whose
     differences the step-time model reads (MeasuredCase.buffers): ZeRO-1/2's and ZeRO-3's reduce bucket size,
     ZeRO-3's persistence threshold; not ZeRO-2 without overlap_comm, which it does not model (user_configs). On
     several GPUs they are the runs that tell ZeRO-3's gathers across ranks from its buckets: with our JSON's
     hidden^2 buckets every family but GPT-2 reduces about one bucket per two gathers, so without GPT-2 the fit
     could not tell the two apart (it put 0.27 ms on a gather and none on a bucket, GPT-2's runs then predicted up to
     56% fast); DeepSpeed's own 5e8 buckets (a handful a step) and 1e5 ones (hundreds) set them apart in four families.
-    On one GPU the model has no ZeRO-3 bucket term (its buckets are in the per-fetch time) to read them with."""
+    On one GPU too, since the model counts ZeRO-3's buckets there (Calibration.stage3_seconds_per_bucket): the runs of
+    one case at two bucket sizes on one machine are what tell a bucket's time from a fetch's."""
     case = row["case"]
-    if not case.get("variant") or case["num_gpus"] < 2:
+    if not case.get("variant"):
         return False
     zero = case["deepspeed_config"].get("zero_optimization", {})
     return not (zero.get("stage") == 2 and not zero.get("overlap_comm", False))

@@ -99,6 +99,11 @@ class Features:
     stage3_reductions: int = 0
     """ZeRO-3's gradient buckets reduced across ranks per backward (several GPUs; throughput.stage2_reductions, the
     same bucketing); 0 on one GPU."""
+    variant: str = ""
+    """The run's DeepSpeed JSON where it is not ours (timing_suite.py's variant: `bucket-5e8`, `ds-defaults`, ...)."""
+    stage3_buckets: int = 0
+    """ZeRO-3's gradient buckets per backward on any number of GPUs (throughput.stage2_reductions at the case's reduce
+    bucket size), each at stage3_seconds_per_bucket; 0 for other stages."""
     grad_tensors: float = 0.0
     """Gradient tensors the rank handles one at a time per step (throughput.grad_tensor_passes)."""
     reductions_across: float = 0.0
@@ -171,6 +176,8 @@ def features(case, base: Calibration | None = None) -> Features:
         world_size=workload.world_size,
         gathers=throughput.stage3_gathers(spec, workload, threshold) if stage3_across_ranks else 0,
         stage3_reductions=throughput.stage2_reductions(spec, workload, bucket=bucket) if stage3_across_ranks else 0,
+        variant=str(case.row["case"].get("variant") or "") if hasattr(case, "row") else "",
+        stage3_buckets=throughput.stage2_reductions(spec, workload, bucket=bucket) if strategy.stage == 3 else 0,
         communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
         grad_tensors=throughput.grad_tensor_passes(spec, strategy, workload),
         reductions_across=throughput.reductions_across_ranks(spec, strategy, workload, bucket),
@@ -197,7 +204,8 @@ def predict(c: Features, cal: Calibration) -> float:
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
     across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
-    fetches = c.fetches * cal.stage3_seconds_per_fetch + across * throughput.stage3_sync_growth(c.world_size, cal)
+    fetches = (c.fetches * cal.stage3_seconds_per_fetch + c.stage3_buckets * cal.stage3_seconds_per_bucket
+               + across * throughput.stage3_sync_growth(c.world_size, cal))  # fmt: skip
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
     tensors = c.grad_tensors * cal.seconds_per_grad_tensor
     busy = throughput.overlapped_seconds(gpu_seconds(c, cal), host_seconds(c, cal) + fetches, cal.host_overlap_power)
@@ -349,7 +357,7 @@ def fit_gpu_memory(cases: list[Features], partial: "Fit") -> float | None:
     offload, the host's time below half the GPU's."""
     calibrated = [(c, partial.for_case(c)) for c in cases if c.pcie_s == 0 and not c.cpu_adam_params]
     shown = [(c, cal) for c, cal in calibrated
-             if host_seconds(c, cal) + c.fetches * cal.stage3_seconds_per_fetch < 0.5 * gpu_seconds(c, cal)]
+             if host_seconds(c, cal) + stage3_hooks_seconds(c, cal) < 0.5 * gpu_seconds(c, cal)]
     if not shown:
         return None
 
@@ -368,6 +376,36 @@ def fit_cpu_adam(cases: list[Features], cal: Calibration) -> float | None:
         return None
     inv = sum(x * y for x, y in rows) / sum(x * x for x, _ in rows)
     return 1 / inv if inv > 0 else None
+
+
+BUCKET_FIT_ROUNDS = 4
+"""Rounds of fit_stage3_hooks' alternation between the time per bucket and the hosts' times per fetch."""
+
+
+def fit_stage3_hooks(cases: list[Features], ref: list[Features], cal: Calibration,
+                     reference_host: str | None) -> tuple[Calibration, dict[str, float]]:
+    """Returns `cal` with ZeRO-3's one-GPU hook times fitted, and each other host's time per fetch: the reference host's
+    per fetch on the reference GPU's stage-3 runs (fit_stage3), each other host's on its runs the hooks bound, and the
+    time per gradient bucket (one for every host: DeepSpeed's same Python per bucket) on every one-GPU stage-3 run the
+    hooks bound, each at its host's per-fetch time; in turn BUCKET_FIT_ROUNDS times from no bucket time. Only runs of
+    one case at two bucket sizes on one host tell the two apart (under our buckets there is about one per two
+    fetches); without such runs the bucket's time stays 0."""
+    cal = replace(cal, stage3_seconds_per_bucket=0.0)
+    zero3 = [c for c in cases if c.strategy == "3"]
+    separating = {c.host for c in zero3 if not c.variant} & {c.host for c in zero3 if c.variant}
+    stage3: dict[str, float] = {}
+    for round_ in range(BUCKET_FIT_ROUNDS if separating else 1):
+        cal = fit_stage3([c for c in ref if c.strategy == "3"], cal)
+        stage3 = {}
+        for host in sorted({c.host for c in zero3} - {reference_host}):
+            bound = [c for c in zero3 if c.host == host and host_bound(c, cal)]
+            if bound:
+                stage3[host] = fit_stage3(bound, cal).stage3_seconds_per_fetch
+        if separating and round_ < BUCKET_FIT_ROUNDS - 1:
+            partial = Fit(cal, {}, stage3)
+            bound = [c for c in zero3 if host_bound(c, partial.for_case(c))]
+            cal = fit_host_rate(bound, cal, "stage3_seconds_per_bucket", 1e-5, 200, 7, partial.for_case)
+    return cal, stage3
 
 
 @dataclass(frozen=True)
@@ -404,7 +442,12 @@ class Fit:
 def host_bound(c: Features, cal: Calibration) -> bool:
     """Returns whether a stage-3 case's micro-step is set by the host's hooks at `cal` (fetches x seconds per
     fetch above half the GPU's work): only such cases show the host's per-fetch time."""
-    return c.fetches * cal.stage3_seconds_per_fetch > 0.5 * gpu_seconds(c, cal)
+    return stage3_hooks_seconds(c, cal) > 0.5 * gpu_seconds(c, cal)
+
+
+def stage3_hooks_seconds(c: Features, cal: Calibration) -> float:
+    """Returns a ZeRO-3 case's one-rank hook seconds per micro-step at `cal`: its fetches and its gradient buckets."""
+    return c.fetches * cal.stage3_seconds_per_fetch + c.stage3_buckets * cal.stage3_seconds_per_bucket
 
 
 def host_bound_launches(c: Features, cal: Calibration) -> bool:
@@ -435,20 +478,17 @@ def fit(cases: list[Features], base: Calibration | None = None, reference_gpu: s
     dense = fit_stage2(zero2, fit_host_layer(stages01, dense))
     # the GPU constants again without the runs the host bound (small micro-batches), then the host's rates again
     refit = fit_dense_overlapped([c for c in stages01 + zero2 if not host_bound_launches(c, dense)], dense) or dense
-    cal = fit_stage3([c for c in ref if c.strategy == "3"], fit_stage2(zero2, fit_host_layer(stages01, refit)))
+    cal = fit_stage2(zero2, fit_host_layer(stages01, refit))
     rates: dict[str, float] = {}
-    stage3: dict[str, float] = {}
     stage2: dict[str, float] = {}
     # The reference host is the one most of the reference GPU's runs came from, not the first file's: since the
     # harness records `cpu_model`, one lent machine type can appear under two keys (the GPU name before, the CPU
     # model after), and the catalog's CPU Adam rate must not come from one new suite's offload cases alone.
     hosts = Counter(c.host for c in ref)
     reference_host = min(hosts, key=lambda h: (-hosts[h], h)) if hosts else None
+    cal, stage3 = fit_stage3_hooks(cases, ref, cal, reference_host)
     for host in sorted({c.host for c in cases}):
         if host != reference_host:
-            bound = [c for c in cases if c.host == host and c.strategy == "3" and host_bound(c, cal)]
-            if bound:
-                stage3[host] = fit_stage3(bound, cal).stage3_seconds_per_fetch
             bound = [c for c in cases if c.host == host and c.strategy == "2" and host_bound_launches(c, cal)]
             if bound:
                 stage2[host] = fit_stage2(bound, cal).stage2_seconds_per_reduction
@@ -504,7 +544,8 @@ def write_calibration(cal: Calibration, error: dict, path: Path = STEP_TIME_JSON
     data = json.loads(path.read_text())
     for name in ("reference_gpu", "measured_on", "matmul_fraction", "attention_fraction", "memory_fraction",
                  "optimizer_bytes_per_param", "stage3_seconds_per_fetch", "stage3_seconds_per_gather",
-                 "stage3_seconds_per_reduction", "stage3_sync_growth_per_doubling", "seconds_per_reduction_across_ranks",
+                 "stage3_seconds_per_reduction", "stage3_seconds_per_bucket", "stage3_sync_growth_per_doubling",
+                 "seconds_per_reduction_across_ranks",
                  "stage2_seconds_per_reduction", "host_seconds_per_layer", "host_overlap_power", "seconds_per_grad_tensor",
                  "cpu_adam_params_per_s_per_node",
                  "stage3_offload_copy_bytes_per_s", "grouped_gemm_fraction", "misaligned_gemm_fraction",
@@ -563,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  optimizer            {cal.optimizer_bytes_per_param:.0f} bytes per trainable parameter per step")
     print(f"  optimizer            {cal.seconds_per_grad_tensor * 1e3:.3f} ms host time per gradient tensor, one at a time")
     print(f"  stage 3              {cal.stage3_seconds_per_fetch * 1e3:.2f} ms host time per fetched tensor")
+    print(f"  stage 3              {cal.stage3_seconds_per_bucket * 1e3:.2f} ms host time per gradient bucket, any ranks")
     print(f"  stage 3, several GPUs {cal.stage3_seconds_per_gather * 1e3:.2f} ms more per gather across ranks "
           f"({sum(c.strategy == '3' for c in several)} runs)")
     print(f"  stage 3, several GPUs {cal.stage3_seconds_per_reduction * 1e3:.2f} ms more per gradient bucket reduced "

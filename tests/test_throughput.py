@@ -711,15 +711,42 @@ def test_zero12s_buckets_cost_the_host_only_across_ranks():
 
 def test_zero3s_reductions_follow_the_users_bucket_size():
     """A JSON that leaves reduce_bucket_size out gets DeepSpeed's 5e8 elements: a bucket or two per backward where
-    ours (hidden^2) closes one per weight matrix; on several GPUs each costs the host stage3_seconds_per_reduction."""
+    ours (hidden^2) closes one per weight matrix; each costs the host stage3_seconds_per_bucket on any number of GPUs,
+    and on several stage3_seconds_per_reduction more."""
     spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / "llama3.2-1b.json").read_text()), "l")
-    cal = replace(throughput.load_calibration(), stage3_seconds_per_reduction=1e-3)
+    cal = replace(throughput.load_calibration(), stage3_seconds_per_reduction=1e-3, stage3_seconds_per_bucket=4e-4)
+    one = work(seq_len=2048, micro_batch_size=2)
     two = work(seq_len=2048, micro_batch_size=2, world_size=2, gpus_per_node=2)
     minimal = ZeroBuffers.from_ds_config({"zero_optimization": {"stage": 3}}, spec.hidden_size)
     ours, theirs = throughput.stage2_reductions(spec, two), throughput.stage2_reductions(spec, two, bucket=minimal.reduce_bucket_size)
     assert minimal.reduce_bucket_size == 500_000_000 and theirs < 5 < 100 < ours
     saved = throughput.stage3_host_seconds(spec, two, cal) - throughput.stage3_host_seconds(spec, two, cal, minimal)
-    assert saved == pytest.approx((ours - theirs) * 1e-3)
+    assert saved == pytest.approx((ours - theirs) * 1.4e-3)
+    saved = throughput.stage3_host_seconds(spec, one, cal) - throughput.stage3_host_seconds(spec, one, cal, minimal)
+    assert saved == pytest.approx((ours - theirs) * 4e-4)
+    # and the step: on one GPU a host-bound ZeRO-3 step is shorter at the user's buckets by about as much
+    gpu = find_gpu("H200")
+    steps = [estimate_step_time(spec, STRATEGIES["3"], gpu, one, cal, buffers=b).step_s for b in (None, minimal)]
+    assert steps[0] - steps[1] == pytest.approx((ours - theirs) * 4e-4, rel=0.3)
+
+
+def test_families_counted_on_the_meta_device_bucket_in_their_parameter_order():
+    """OPT and GPT-NeoX are outside models/analytic.py: their gradient buckets come from the meta-device count's
+    named_parameters order, in which each linear's bias follows its weight and closes a bucket of its own under ours
+    (hidden^2), as GPT-2's do; at DeepSpeed's 5e8 the gradients fill a handful. Without the order (a cache from
+    before), about one bucket per weight matrix at ours and the elements over the bucket at 5e8."""
+    w = work(seq_len=2048, micro_batch_size=2)
+    for name in ("opt-1.3b", "pythia-1.4b"):
+        spec = spec_from_config(json.loads((ROOT / "benchmarks" / "model_configs" / f"{name}.json").read_text()), name)
+        assert spec.parameter_order and sum(spec.parameter_order) == spec.num_params
+        matrices = sum(count for numel, count in spec.tensor_sizes if numel > 10 * spec.hidden_size)
+        assert throughput.stage2_reductions(spec, w) >= 2 * matrices - 2  # a bias after each matrix
+        assert throughput.stage2_reductions(spec, w, bucket=500_000_000) == -(-spec.num_params // 500_000_000)
+        unordered = replace(spec, parameter_order=None)
+        assert throughput.stage2_reductions(unordered, w) == matrices
+        assert throughput.stage2_reductions(unordered, w, bucket=500_000_000) == -(-spec.num_params // 500_000_000)
+    assert load_model_spec("facebook/opt-1.3b").parameter_order  # the catalog keeps the order too
+    assert load_model_spec("meta-llama/Llama-3.2-1B").parameter_order is None  # analytic.parameter_order gives it
 
 
 def test_zero3_keeps_what_it_reuses_within_the_window():

@@ -15,6 +15,7 @@ from typing import Any
 
 from zero_planner.errors import InputError
 from zero_planner.models.activations import activation_coefficients
+from zero_planner.models.analytic import parameter_order
 from zero_planner.models.hf import hf_config
 from zero_planner.quiet import quiet_libraries
 
@@ -105,6 +106,9 @@ def _count_params(config: dict[str, Any], name: str | None) -> dict[str, Any]:
         "largest_layer": {"name": largest_layer[0], "numel": largest_layer[1]},
         "architecture": _architecture(hf, tied, params),
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
+        # Where models/analytic.py cannot give it: every tensor's numel in named_parameters' order, the reverse of
+        # which fills DeepSpeed's gradient buckets (plan/throughput.py stage2_reductions)
+        **({} if parameter_order(config) is not None else {"parameter_order": [p.numel() for p in params.values()]}),
         # What LoRA / QLoRA sizing needs, over peft's "all-linear" targets (every linear layer but the head):
         "linear": {
             "count": len(linears),

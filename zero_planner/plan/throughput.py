@@ -20,7 +20,8 @@ GPU is
                                                        runs of short kernels where the two are close: smax is
                                                        overlapped_seconds, (a^p + b^p)^(1/p) at
                                                        Calibration.host_overlap_power)
-            = smax(gpu_s, host_s + stage3_host_seconds)      (stage 3: the hooks' work per fetch request runs on the
+            = smax(gpu_s, host_s + stage3_host_seconds)      (stage 3: the hooks' work per fetch request and per
+                                                       gradient bucket (stage3_seconds_per_bucket) runs on the
                                                        host's one Python thread with the layers' launches, and the
                                                        GPU hides both where its work is longer; on several GPUs
                                                        plus each gather's: stage3_gathers x stage3_seconds_per_gather,
@@ -115,8 +116,8 @@ class Calibration:
     gathers from buckets, and the runs at DeepSpeed's 5e8 buckets (all the gathers, a few buckets; not fitted)
     are predicted closest without it."""
     stage3_seconds_per_reduction: float = 0.0
-    """FITTED on runs of several GPUs, with stage3_seconds_per_gather: the host seconds of one gradient bucket
-    ZeRO-3 reduces across the ranks in backward (stage2_reductions: stage3.py
+    """FITTED on runs of several GPUs, with stage3_seconds_per_gather: the host seconds one gradient bucket ZeRO-3
+    reduces across the ranks in backward costs beyond its one-rank time (stage3_seconds_per_bucket) (stage2_reductions: stage3.py
     reduce_independent_p_g_buckets_and_remove_grads buckets the gradients by the same rule as ZeRO-2).
     `__reduce_and_partition_ipg_grads` flattens the bucket, launches the reduce-scatter and copies each rank's
     share into its gradient partition, per bucket, on the hooks' thread. A model's reductions and gathers are
@@ -124,6 +125,17 @@ class Calibration:
     them) but reduces 195 buckets of hidden^2 elements, Qwen3-1.7B gathers 370 and reduces 225. Measured on two
     H100s (2026-11-26 runs, each against the same case on one GPU of the same machine): the backward grew by
     about 0.5 ms per bucket in every family, where its gathers could not explain it."""
+    stage3_seconds_per_bucket: float = 0.0
+    """FITTED on one GPU (runs of one case at two reduce bucket sizes on one machine): the host seconds of each gradient
+    bucket ZeRO-3 closes in backward (stage2_reductions, the reduce bucket size of our JSON or the user's), on any number
+    of ranks. On one rank too, stage3.py `__reduce_and_partition_ipg_grads` switches to the reduce stream, runs
+    `__avg_scatter_contiguous_grads` on the bucket (a reduce-scatter of one rank: the division and a copy), copies each
+    parameter's share into its gradient partition (partition_grads) and records an event, per bucket, on the hooks'
+    thread. Under our JSON's hidden^2 buckets a model closes about one bucket per two fetched tensors, so the one-GPU
+    runs of ours alone cannot tell it from stage3_seconds_per_fetch: the runs at DeepSpeed's 5e8 (a handful) and 1e5
+    (one per tensor above it) do. One H200 (2026-11-29, i26-z3-buckets-h200, twice): 0.14-0.90 ms a bucket, median
+    0.51, where the model charged none and had a minimal user JSON's steps 8-31% slow. Several ranks add
+    stage3_seconds_per_reduction to each."""
     stage3_sync_growth_per_doubling: float = 0.0
     """FITTED on runs of several GPUs, with the two above: how much more each ZeRO-3 gather and gradient bucket
     across ranks costs the host per doubling of the ranks beyond two (their seconds times 1 + this x
@@ -1108,17 +1120,18 @@ def _trace_gathers(trace: tuple, threshold: int, reuse: int) -> int:
 def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None,
                         buffers: ZeroBuffers | None = None) -> float:
     """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
-    stage3_seconds_per_fetch), plus, where the partitions span several ranks, its gathers (stage3_gathers x
+    stage3_seconds_per_fetch) and gradient buckets (stage2_reductions x stage3_seconds_per_bucket), plus, where the partitions span several ranks, its gathers (stage3_gathers x
     stage3_seconds_per_gather; one rank skips them) and its gradient buckets' reductions (stage2_reductions x
     stage3_seconds_per_reduction), both growing with the ranks (stage3_sync_growth). `buffers`: a user's JSON's persistence threshold and reduce bucket size (ours
     unless given)."""
     cal = calibration or load_calibration()
     threshold = buffers.param_persistence_threshold if buffers else None
-    seconds = stage3_fetches(spec, workload, threshold) * cal.stage3_seconds_per_fetch
+    buckets = stage2_reductions(spec, workload, bucket=buffers.reduce_bucket_size if buffers else None)
+    seconds = (stage3_fetches(spec, workload, threshold) * cal.stage3_seconds_per_fetch
+               + buckets * cal.stage3_seconds_per_bucket)  # fmt: skip
     if workload.world_size > 1:
-        bucket = buffers.reduce_bucket_size if buffers else None
         across = (stage3_gathers(spec, workload, threshold) * cal.stage3_seconds_per_gather
-                  + stage2_reductions(spec, workload, bucket=bucket) * cal.stage3_seconds_per_reduction)  # fmt: skip
+                  + buckets * cal.stage3_seconds_per_reduction)  # fmt: skip
         seconds += across * stage3_sync_growth(workload.world_size, cal)
     return seconds
 
@@ -1176,15 +1189,23 @@ def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = 
     DeepSpeed's hook (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads) reduces the bucket
     whenever the next gradient would overflow it; the gradients arrive in about the reverse of the parameters'
     registration order, which models.analytic.parameter_order gives for the families it covers (equal to
-    named_parameters for every benchmark config). Otherwise (other families) every weight matrix (> 10 x hidden
-    elements) counts one: with hidden^2 buckets each closes about one. Adapters: their trainable tensors are
+    named_parameters for every benchmark config) and the meta-device count for the others (ModelSpec.parameter_order:
+    OPT's and GPT-NeoX's biases close buckets of their own, as GPT-2's do). Otherwise (other families) every weight matrix (> 10 x hidden
+    elements) counts one: with hidden^2 buckets each closes about one; a bucket that holds many matrices closes
+    when full (the parameters' elements over the bucket, where fewer). Adapters: their trainable tensors are
     small, so buckets fill whole: trainable parameters / bucket."""
     bucket = bucket_sizes(spec.hidden_size)["reduce_bucket_size"] if bucket is None else bucket
     if workload.method != "full":
         return max(1, -(-trainable_params(spec, workload) // bucket))
-    order = _parameter_order(_config_key(spec)) if spec.config else None
+    order = (_parameter_order(_config_key(spec)) if spec.config else None) or spec.parameter_order
     if order is None:
-        return sum(count for numel, count in spec.tensor_sizes if numel > 10 * spec.hidden_size)
+        # the order unknown: about one bucket per weight matrix where a bucket holds about one (ours), and no fewer
+        # than the gradients' elements over the bucket where it holds many (DeepSpeed's 5e8: a handful). Before this
+        # read the bucket size, OPT-1.3B's and Pythia-1.4B's ZeRO-3 counted ~150 buckets at 5e8 as at ours
+        # (i26-z3-user-h200: their 5e8 steps ran 142 and 155 ms faster than ours, the model had them equal)
+        matrices = sum(count for numel, count in spec.tensor_sizes if numel > 10 * spec.hidden_size)
+        elements = sum(numel * count for numel, count in spec.tensor_sizes)
+        return min(matrices, -(-elements // bucket))
     reductions, elements = 0, 0
     for numel in reversed(order):
         if elements and elements + numel > bucket:
