@@ -350,7 +350,14 @@ def test_a_gpu_other_than_the_reference_gets_its_memory_rate_from_its_own_runs()
     h200_bandwidth, h100_bandwidth = (find_gpu(name).memory_bandwidth_bytes_per_s for name in ("H200", "H100"))
     assert result.gpu_memory["H200"] * h200_bandwidth > reference * h100_bandwidth
     assert "H100-SXM" not in result.gpu_memory  # the reference GPU keeps the fitted memory_fraction
-    h200 = [f for f in everything if f.gpu == "H200" and not f.cpu_adam_params]
+    from benchmarks.throughput_fit import gpu_seconds, host_seconds, stage3_hooks_seconds
+
+    # the H200 runs its GPU's work sets (the host's below half of it, as fit_gpu_memory takes them): the host-bound
+    # ZeRO-3 suites (i26-z3-user-h200, 36 runs) cannot show a memory rate
+    h200 = [f for f in everything if f.gpu == "H200" and not f.cpu_adam_params and f.pcie_s == 0
+            and host_seconds(f, result.for_case(f)) + stage3_hooks_seconds(f, result.for_case(f))
+            < 0.5 * gpu_seconds(f, result.for_case(f))]
+    assert len(h200) >= 30
     without = replace(result, gpu_memory={})
 
     def error(r) -> float:

@@ -134,8 +134,10 @@ class Calibration:
     thread. Under our JSON's hidden^2 buckets a model closes about one bucket per two fetched tensors, so the one-GPU
     runs of ours alone cannot tell it from stage3_seconds_per_fetch: the runs at DeepSpeed's 5e8 (a handful) and 1e5
     (one per tensor above it) do. One H200 (2026-11-29, i26-z3-buckets-h200, twice): 0.14-0.90 ms a bucket, median
-    0.51, where the model charged none and had a minimal user JSON's steps 8-31% slow. Several ranks add
-    stage3_seconds_per_reduction to each."""
+    0.51, where the model charged none and had a minimal user JSON's steps 8-31% slow; seven more families
+    (2026-12-02, i26-z3-user-h200, two machines): 0.41-0.81 ms on one, 0.59-1.52 on the other, whose host-bound steps
+    ran a median 37% longer. Fitted over every host-bound one-GPU ZeRO-3 run with the hosts' per-fetch times: 0.19 ms
+    (throughput_fit.fit_stage3_hooks). Several ranks add stage3_seconds_per_reduction to each."""
     stage3_sync_growth_per_doubling: float = 0.0
     """FITTED on runs of several GPUs, with the two above: how much more each ZeRO-3 gather and gradient bucket
     across ranks costs the host per doubling of the ranks beyond two (their seconds times 1 + this x
