@@ -117,8 +117,9 @@ class Calibration:
     are predicted closest without it."""
     stage3_seconds_per_reduction: float = 0.0
     """FITTED on runs of several GPUs, with stage3_seconds_per_gather: the host seconds one gradient bucket ZeRO-3
-    reduces across the ranks in backward costs beyond its one-rank time (stage3_seconds_per_bucket) (stage2_reductions: stage3.py
-    reduce_independent_p_g_buckets_and_remove_grads buckets the gradients by the same rule as ZeRO-2).
+    reduces across the ranks in backward costs beyond its one-rank time (stage3_seconds_per_bucket; the buckets are
+    stage2_reductions: stage3.py reduce_independent_p_g_buckets_and_remove_grads buckets the gradients by the same
+    rule as ZeRO-2).
     `__reduce_and_partition_ipg_grads` flattens the bucket, launches the reduce-scatter and copies each rank's
     share into its gradient partition, per bucket, on the hooks' thread. A model's reductions and gathers are
     not proportional: GPT-2 medium gathers 98 tensors (the forward's; with 1e9 reuse distance the backward finds
@@ -1122,8 +1123,8 @@ def _trace_gathers(trace: tuple, threshold: int, reuse: int) -> int:
 def stage3_host_seconds(spec: ModelSpec, workload: Workload, calibration: Calibration | None = None,
                         buffers: ZeroBuffers | None = None) -> float:
     """Returns ZeRO-3's host seconds of one micro-step: its hooks' fetch requests (stage3_fetches x
-    stage3_seconds_per_fetch) and gradient buckets (stage2_reductions x stage3_seconds_per_bucket), plus, where the partitions span several ranks, its gathers (stage3_gathers x
-    stage3_seconds_per_gather; one rank skips them) and its gradient buckets' reductions (stage2_reductions x
+    stage3_seconds_per_fetch) and gradient buckets (stage2_reductions x stage3_seconds_per_bucket), plus, where the
+    partitions span several ranks, its gathers (stage3_gathers x stage3_seconds_per_gather; one rank skips them) and its gradient buckets' reductions (stage2_reductions x
     stage3_seconds_per_reduction), both growing with the ranks (stage3_sync_growth). `buffers`: a user's JSON's persistence threshold and reduce bucket size (ours
     unless given)."""
     cal = calibration or load_calibration()
@@ -1192,9 +1193,9 @@ def stage2_reductions(spec: ModelSpec, workload: Workload, bucket: int | None = 
     whenever the next gradient would overflow it; the gradients arrive in about the reverse of the parameters'
     registration order, which models.analytic.parameter_order gives for the families it covers (equal to
     named_parameters for every benchmark config) and the meta-device count for the others (ModelSpec.parameter_order:
-    OPT's and GPT-NeoX's biases close buckets of their own, as GPT-2's do). Otherwise (other families) every weight matrix (> 10 x hidden
-    elements) counts one: with hidden^2 buckets each closes about one; a bucket that holds many matrices closes
-    when full (the parameters' elements over the bucket, where fewer). Adapters: their trainable tensors are
+    OPT's and GPT-NeoX's biases close buckets of their own, as GPT-2's do). Otherwise (a count without the order)
+    every weight matrix (> 10 x hidden elements) counts one: with hidden^2 buckets each closes about one; a bucket
+    that holds many matrices closes when full (the parameters' elements over the bucket, where fewer). Adapters: their trainable tensors are
     small, so buckets fill whole: trainable parameters / bucket."""
     bucket = bucket_sizes(spec.hidden_size)["reduce_bucket_size"] if bucket is None else bucket
     if workload.method != "full":
