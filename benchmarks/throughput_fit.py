@@ -150,6 +150,7 @@ def features(case, base: Calibration | None = None) -> Features:
     broadcast = throughput.broadcast_traffic_bytes(spec, workload)
     # SDPA's math kernel runs its products at their own measured rate (throughput.attention_seconds), not the fitted one
     math_kernel = throughput.sdpa_math_kernel(spec, workload)
+    zero3_buckets = throughput.stage2_reductions(spec, workload, bucket=bucket) if strategy.stage == 3 else 0
     return Features(
         name=case.name,
         family=family_of(case),
@@ -175,9 +176,9 @@ def features(case, base: Calibration | None = None) -> Features:
         pcie_s=throughput.pcie_seconds(spec, strategy, gpu, workload),
         world_size=workload.world_size,
         gathers=throughput.stage3_gathers(spec, workload, threshold) if stage3_across_ranks else 0,
-        stage3_reductions=throughput.stage2_reductions(spec, workload, bucket=bucket) if stage3_across_ranks else 0,
+        stage3_reductions=zero3_buckets if stage3_across_ranks else 0,
         variant=str(case.row["case"].get("variant") or "") if hasattr(case, "row") else "",
-        stage3_buckets=throughput.stage2_reductions(spec, workload, bucket=bucket) if strategy.stage == 3 else 0,
+        stage3_buckets=zero3_buckets,
         communication_s=throughput.communication_seconds(spec, strategy, gpu, workload, base),
         grad_tensors=throughput.grad_tensor_passes(spec, strategy, workload),
         reductions_across=throughput.reductions_across_ranks(spec, strategy, workload, bucket),
