@@ -94,6 +94,9 @@ The suites (benchmarks/suites/i26.md says how to run them and how long they take
                            and 1e5: the buckets' host time on one GPU
   i26-z3-user-h200         ZeRO-3 of seven other families on one H200 at ours and at a minimal user JSON's stage-3
                            defaults (5e8 buckets), host-bound and GPU-bound: the one-GPU bucket term out of sample
+  i26-machine-h200         i26-z3-user-h200's cases at our JSON again, twice on each fresh H200, with
+                           benchmarks/machine_probe.py and host_probe.py between: does a probe taken on the machine
+                           tell a slow host from a fast one (benchmarks/machine_gpu.sh)
   i26-kinds-h200           GPU-bound ZeRO-0 steps on one H200 profiled by kernel kind and idle time (Qwen3-4B at
                            5 and at 21 with checkpointing, GPT-2 large at 37, Llama 3.2 3B and Phi-3 at 8)
 """
@@ -526,6 +529,10 @@ SUITES = {
                          "ladders": [(m, 2048, "3", False, mbs) for m, mbs in Z3_USER_CASES],
                          "variants": [(m, 2048, "3", False, mb, "ds-defaults", DS_DEFAULT_ZERO3)
                                       for m, mbs in Z3_USER_CASES for mb in mbs]},
+    # the same ZeRO-3 cases at our JSON on more machines, each pass between probes of the host and the GPU
+    # (benchmarks/machine_gpu.sh): the second machine of 2026-12-02 ran them a median 37% slower, unexplained
+    "i26-machine-h200": {"gpu": "H200", "settings": [], "steps": 8,
+                         "ladders": [(m, 2048, "3", False, mbs) for m, mbs in Z3_USER_CASES]},
     # where the model's one-GPU step time goes wrong at the GPU-bound micro-batches auto picks: each step's kernel
     # seconds by kind (GEMMs, attention, the memory-bound rest, the fused optimizer) and its idle time, beside the
     # model's parts. The model is 4-9% slow on Qwen3-4B, GPT-2 large and Llama 3.2 3B's picks, 4% fast on Phi-3's
