@@ -3,6 +3,8 @@ of one kind apart before a run (issue 26: the same host-bound ZeRO-3 steps ran a
 machine than on another, 2026-12-02, and the harness's provenance, CPU model and cores, was the same for both).
 
     python benchmarks/machine_probe.py [--repeats 5] [--label before]   one JSON line on stdout
+    python benchmarks/machine_probe.py --sample-every 2 --for 600        the host figures alone, one line per
+                                                                        sample with its unix time, while cases run
 
 Each figure is the median of `repeats` timings (with the fastest and slowest beside it):
   python_loop_s      a fixed pure-Python workload (attribute lookups, calls, small dicts: what DeepSpeed's hooks do)
@@ -132,11 +134,36 @@ def measure(repeats: int) -> dict:
     return result
 
 
+def sample(every_s: float, for_s: float) -> None:
+    """Prints, every `every_s` seconds for `for_s`, one JSON line: the unix time, python_loop_s and cpu_dispatch_us
+    (one timing each, no GPU touched): how the host's speed moves while a run's cases share it."""
+    import torch
+
+    a, b = torch.ones(1), torch.ones(1)
+    end = time.time() + for_s
+    while time.time() < end:
+        at = time.time()
+        loop = _python_workload()
+        start = time.perf_counter()
+        for _ in range(20_000):
+            torch.add(a, b)
+        dispatch_us = (time.perf_counter() - start) / 20_000 * 1e6
+        print(json.dumps({"unix": round(at, 2), "python_loop_s": round(loop, 4), "cpu_dispatch_us": round(dispatch_us, 3),
+                          "load_average": os.getloadavg()[0]}), flush=True)
+        time.sleep(max(0.0, every_s - (time.time() - at)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timings per figure (the median is kept)")
     parser.add_argument("--label", default="", help="a word recorded with the figures (before, between, after)")
+    parser.add_argument("--sample-every", type=float, default=None, metavar="S",
+                        help="sample the host figures every S seconds instead (see --for)")
+    parser.add_argument("--for", dest="for_s", type=float, default=600, help="seconds to sample, with --sample-every")
     args = parser.parse_args(argv)
+    if args.sample_every:
+        sample(args.sample_every, args.for_s)
+        return 0
     print(json.dumps({"label": args.label, **measure(args.repeats)}))
     return 0
 
