@@ -88,8 +88,13 @@ class MeasuredCase:
         return ZeroBuffers.from_ds_config(case["deepspeed_config"], self.spec.hidden_size) if case.get("variant") else None
 
     def predicted_tokens_per_second(self) -> float:
-        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload,
-                                  buffers=self.buffers).tokens_per_second
+        return self.step().tokens_per_second
+
+    def step(self, calibration=None):
+        """Returns the model's StepTime of the case at `calibration` (None: the committed constants), with the run's
+        own DeepSpeed JSON where it has one."""
+        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload, calibration,
+                                  buffers=self.buffers)
 
     @property
     def setting(self) -> tuple | None:
@@ -330,6 +335,23 @@ def _family_table(indices: list[int], rows: list, in_sample: list[float], out: l
     line("all", indices, note)
 
 
+BOUNDS = (("1", "one GPU"), ("n", "several GPUs"))
+"""Calibration.bound_errors' keys before the colon: one GPU, several."""
+
+
+def bound_errors(rows: list, out: list[float], bounds: list[str]) -> dict:
+    """Returns the out-of-family (median, largest) |error| by what the model says sets a step's pace (StepTime.bound,
+    aligned with `rows`): {"1:gpu": {cases, median, max}, "1:host": ..., "n:gpu": ..., "n:host": ...}."""
+    result = {}
+    for key, _ in BOUNDS:
+        for bound in ("gpu", "host"):
+            errors = [e for r, e, b in zip(rows, out, bounds) if (r.world_size == 1) == (key == "1") and b == bound]
+            if errors:
+                median, largest = _stats(errors)
+                result[f"{key}:{bound}"] = {"cases": len(errors), "median": round(median, 4), "max": round(largest, 4)}
+    return result
+
+
 def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> dict:
     """Returns (and prints unless quiet) the tokens/s error in sample and out of family (family_errors), per
     family and over all: the stated figures over the cases of one GPU, then the cases of several apart. The
@@ -337,6 +359,8 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     rates are fitted on their own offload cases, held-out family excluded); cases of several GPUs fit only the
     ZeRO-3 gather, and the CPU Adam rate of a host seen only in them."""
     every, every_in, every_out = family_errors(cases, base)
+    bounds = [c.step(base).bound for c in cases if c.method == "full"]  # aligned with family_errors' rows
+    by_bound = bound_errors(every, every_out, bounds)
     one = [i for i, r in enumerate(every) if r.world_size == 1]
     several = [i for i, r in enumerate(every) if r.world_size > 1]
     rows = [every[i] for i in one]
@@ -350,6 +374,13 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
             print("\n  several GPUs (ZeRO-3's gathers, buckets and their growth, ZeRO-1/2's buckets, and their hosts' CPU Adam "
                   "fitted on them, the rest on one GPU), the same way:")
             _family_table(several, every, every_in, every_out)
+        print("\n  by what sets the step's pace in the model (StepTime.bound: the host where its launches, buckets and "
+              "ZeRO-3 hooks take at least the GPU's time), out of family; the figure zero-plan states for each:")
+        for key, label in BOUNDS:
+            for bound in ("gpu", "host"):
+                if f"{key}:{bound}" in by_bound:
+                    e = by_bound[f"{key}:{bound}"]
+                    print(f"  {label:12s} {bound}-bound {e['cases']:4d} runs, median {e['median']:5.1%}, max {e['max']:4.0%}")
     i_med, i_max = _stats([every_in[i] for i in one])
     o_med, o_max = _stats([every_out[i] for i in one])
     s_med, s_max = _stats([every_out[i] for i in several])
@@ -360,6 +391,7 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     if several:
         result.update(several_gpus_out_of_family_median=round(s_med, 4), several_gpus_out_of_family_max=round(s_max, 4),
                       several_gpus_cases=len(several))  # fmt: skip
+    result["by_bound"] = by_bound
     return result
 
 
@@ -374,7 +406,14 @@ def check_stated(computed: dict) -> bool:
     if several_gpus:
         stored.update(several_gpus_out_of_family_median=cal.several_gpus_median_error,
                       several_gpus_out_of_family_max=cal.several_gpus_max_error)  # fmt: skip
-    stale = {k: (v, computed[k]) for k, v in stored.items() if abs(v - computed[k]) > STATED_ERROR_TOLERANCE}
+    for key, median, largest in cal.bound_errors:  # the figures stated per bound (StepTime.bound)
+        stored.update({f"{key}:median": median, f"{key}:max": largest})
+    for key, e in computed.get("by_bound", {}).items():
+        computed = {**computed, f"{key}:median": e["median"], f"{key}:max": e["max"]}
+        stored.setdefault(f"{key}:median", float("nan"))  # computed but never stored: stale
+        stored.setdefault(f"{key}:max", float("nan"))
+    stale = {k: (v, computed.get(k, float("nan"))) for k, v in stored.items()
+             if not abs(v - computed.get(k, float("nan"))) <= STATED_ERROR_TOLERANCE}
     if stale:
         print("\nstale: catalog/step_time.json states " + ", ".join(f"{k} {a:.1%} (computed {b:.1%})" for k, (a, b) in stale.items())
               + "; run python benchmarks/throughput_fit.py --write")

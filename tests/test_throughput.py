@@ -269,6 +269,40 @@ def test_small_micro_batches_wait_for_the_host_and_large_ones_hide_it():
         assert estimate_step_time(spec, STRATEGIES[name], GPU, big).host_s == pytest.approx(tensors(name, big), rel=1e-4)
 
 
+def test_a_step_is_host_bound_where_the_hosts_work_reaches_the_gpus():
+    # StepTime.bound says which stated error a candidate's tokens/s carries: the host's work of the micro-steps
+    # (layer launches, ZeRO-2's buckets, ZeRO-3's hooks) against the GPU's, before the two race.
+    spec = load_model_spec("meta-llama/Llama-3.2-1B")
+    tiny, big = work(micro_batch_size=1, seq_len=128), work(micro_batch_size=16, seq_len=4096)
+    cal = throughput.load_calibration()
+    floor = spec.num_layers * cal.host_seconds_per_layer
+    s0 = estimate_step_time(spec, STRATEGIES["0"], GPU, tiny)
+    assert s0.host_work_s == pytest.approx(floor) and s0.host_work_s > s0.compute_s and s0.bound == "host"
+    assert estimate_step_time(spec, STRATEGIES["0"], GPU, big).bound == "gpu"
+    # ZeRO-3's hooks add to the host's work, accumulation multiplies both sides alike
+    mid = work(micro_batch_size=1, seq_len=1024)  # 0.12 s of GPU work on the toy GPU; the hooks' 0.33 s outlast it
+    z0, z3 = (estimate_step_time(spec, STRATEGIES[name], GPU, mid) for name in ("0", "3"))
+    fetches = throughput.stage3_host_seconds(spec, mid, cal)
+    assert z3.host_work_s == pytest.approx(z0.host_work_s + fetches) and fetches > 0
+    assert z0.bound == "gpu" and z3.bound == "host"
+    assert estimate_step_time(spec, STRATEGIES["3"], GPU, work(micro_batch_size=2, seq_len=2048)).bound == "gpu"
+    accumulated = estimate_step_time(spec, STRATEGIES["3"], GPU, replace(mid, gradient_accumulation_steps=4))
+    assert accumulated.host_work_s == pytest.approx(4 * z3.host_work_s) and accumulated.bound == "host"
+
+
+def test_the_stated_error_is_that_of_runs_bound_alike_where_measured():
+    cal = replace(throughput.load_calibration(), median_error=0.08, max_error=0.8, several_gpus_median_error=0.06,
+                  several_gpus_max_error=0.6, bound_errors=(("1:gpu", 0.05, 0.3), ("1:host", 0.14, 0.8),
+                                                            ("n:gpu", 0.04, 0.4), ("n:host", 0.13, 0.6)))  # fmt: skip
+    assert cal.stated_error(1) == (0.08, 0.8) and cal.stated_error(4) == (0.06, 0.6)
+    assert cal.stated_error(1, "gpu") == (0.05, 0.3) and cal.stated_error(1, "host") == (0.14, 0.8)
+    assert cal.stated_error(2, "gpu") == (0.04, 0.4) and cal.stated_error(8, "host") == (0.13, 0.6)
+    # nothing measured per bound, or on several GPUs: the figures that were
+    assert replace(cal, bound_errors=()).stated_error(1, "host") == (0.08, 0.8)
+    assert replace(cal, bound_errors=(("1:gpu", 0.05, 0.3),)).stated_error(2, "gpu") == (0.06, 0.6)
+    assert replace(cal, several_gpus_median_error=0.0).stated_error(2, "gpu") == (0.05, 0.3)
+
+
 def test_deepspeed_handles_gradients_one_tensor_at_a_time():
     # Stages 0-2 check each gradient of the rank's partition in the step; ZeRO-3 moves each into its partition in
     # every micro-step's backward, on every rank; offloading walks them alike to copy them to the host.

@@ -19,6 +19,13 @@ def cases():
     return measured_cases(4096)
 
 
+@pytest.fixture(scope="module")
+def every_run():
+    """The validation throughput_fit.py --write stores (every run, one GPU and several, alone on its host), computed
+    once for the tests that hold the stated figures to it."""
+    return validate([c for c in measured_cases(4096, gpus=None, own_json=True) if not c.host_shared], quiet=True)
+
+
 def test_the_fit_predicts_with_the_planners_own_formula():
     cal = load_calibration()
     # one GPU and several (communication, ZeRO-3's gathers), and several GPUs' runs of a user's bucket sizes
@@ -77,16 +84,34 @@ def test_leave_one_family_out_is_deterministic_and_fast(cases):
     assert first["out_of_family_median"] >= first["in_sample_median"] - 0.01
 
 
-def test_the_stated_error_is_todays(cases):
+def test_the_stated_error_is_todays(every_run):
     # What zero-plan prints beside tokens/s (catalog/step_time.json) is what this validation computes; refresh
     # with `python benchmarks/throughput_fit.py --write` when the data or the model changes.
     # computed as throughput_fit.py --write does: over every run, one GPU and several (the fit takes the H200's
     # memory rate and ZeRO-3's terms across ranks from the runs of several)
-    computed = validate([c for c in measured_cases(4096, gpus=None, own_json=True) if not c.host_shared], quiet=True)
+    computed = every_run
     cal = load_calibration()
     assert cal.median_error == pytest.approx(computed["out_of_family_median"], abs=0.005)
     assert cal.max_error == pytest.approx(computed["out_of_family_max"], abs=0.005)
     assert cal.error_families == tuple(computed["families"])
+    # and the figures stated per bound (a plan states its pick's): every one computed is stored, and alike
+    assert {key for key, _, _ in cal.bound_errors} == set(computed["by_bound"]) == {"1:gpu", "1:host", "n:gpu", "n:host"}
+    for key, median, largest in cal.bound_errors:
+        assert (median, largest) == pytest.approx((computed["by_bound"][key]["median"], computed["by_bound"][key]["max"]),
+                                                  abs=0.005), key
+
+
+def test_the_runs_are_split_by_what_sets_their_pace_and_the_host_bound_miss_more(every_run):
+    # Each run counted once, one GPU and several apart, by the committed model's StepTime.bound. The runs the host
+    # sets the pace of (small micro-batches, ZeRO-3's hooks) carry the spread between machines' hosts (the same nine
+    # ZeRO-3 cases ran 1.37x slower on one H200 machine than on four others, 2026-12-02): their errors are larger.
+    by_bound = every_run["by_bound"]
+    assert by_bound["1:gpu"]["cases"] + by_bound["1:host"]["cases"] == every_run["cases"]
+    assert by_bound["n:gpu"]["cases"] + by_bound["n:host"]["cases"] == every_run["several_gpus_cases"]
+    for key in ("1", "n"):
+        gpu, host = by_bound[f"{key}:gpu"], by_bound[f"{key}:host"]
+        assert gpu["median"] < host["median"] and gpu["max"] < host["max"]
+    assert by_bound["1:host"]["max"] == pytest.approx(every_run["out_of_family_max"])  # the largest miss is host-bound
 
 
 def test_each_host_gets_its_own_cpu_adam_rate(cases):
@@ -239,20 +264,24 @@ def test_zero12s_buckets_across_ranks_are_fitted_on_several_gpus_and_explain_the
     assert statistics.median(errors(both)) < statistics.median(errors(one_gpu))
 
 
-def test_plans_of_several_gpus_state_the_several_gpu_error(capsys):
+def test_plans_of_several_gpus_state_the_several_gpu_error(every_run, capsys, tmp_path):
     from zero_planner.cli import main
+    from zero_planner.planfile import load_plan
 
-    computed = validate([c for c in measured_cases(4096, gpus=None, own_json=True) if not c.host_shared], quiet=True)
+    computed = every_run
     cal = load_calibration()
     assert cal.several_gpus_median_error == pytest.approx(computed["several_gpus_out_of_family_median"], abs=0.005)
     assert cal.several_gpus_max_error == pytest.approx(computed["several_gpus_out_of_family_max"], abs=0.005)
     assert cal.stated_error(1) == (cal.median_error, cal.max_error)
     assert cal.stated_error(2) == (cal.several_gpus_median_error, cal.several_gpus_max_error)
-    for gpus, (median, largest) in (("1xH100", cal.stated_error(1)), ("2xH100", cal.stated_error(2))):
-        assert main(["--model", "gpt2", "--gpus", gpus, "--seq-len", "512"]) == 0
+    for gpus in ("1xH100", "2xH100"):
+        assert main(["--model", "gpt2", "--gpus", gpus, "--seq-len", "512", "-o", str(tmp_path / "plan.json")]) == 0
         out = " ".join(capsys.readouterr().out.split())
+        chosen = next(c for c in load_plan(tmp_path / "plan.json").candidates if c.chosen)
+        median, largest = cal.stated_error(int(gpus[0]), chosen.bound)
+        assert chosen.bound == "gpu"  # its pick, the largest micro-batch that fits, keeps the GPU busy
         assert f"±{median:.0%} median error on architectures left out of its fit" in out
-        assert f"up to {largest:.0%}" in out
+        assert f"for steps the GPU's work bounds, as this one, up to {largest:.0%}" in out
         assert ("on several GPUs" in out) == (gpus == "2xH100")
 
 
@@ -280,10 +309,16 @@ def test_the_check_flags_a_stale_several_gpu_error(capsys):
     computed = {"out_of_family_median": cal.median_error, "out_of_family_max": cal.max_error,
                 "in_sample_median": cal.in_sample_median_error, "in_sample_max": cal.in_sample_max_error,
                 "several_gpus_out_of_family_median": cal.several_gpus_median_error,
-                "several_gpus_out_of_family_max": cal.several_gpus_max_error}  # fmt: skip
+                "several_gpus_out_of_family_max": cal.several_gpus_max_error,
+                "by_bound": {key: {"median": median, "max": largest} for key, median, largest in cal.bound_errors}}  # fmt: skip
     assert check_stated(computed)
     assert check_stated(dict(computed, several_gpus_out_of_family_max=cal.several_gpus_max_error + 0.02)) is False
     assert "several_gpus_out_of_family_max" in capsys.readouterr().out
+    # a figure stated per bound goes stale alike, and so does one stored but no longer computed
+    moved = {**computed["by_bound"], "1:host": {**computed["by_bound"]["1:host"], "max": cal.max_error + 0.02}}
+    assert check_stated(dict(computed, by_bound=moved)) is False
+    assert "1:host:max" in capsys.readouterr().out
+    assert check_stated(dict(computed, by_bound={k: v for k, v in computed["by_bound"].items() if k != "n:gpu"})) is False
 
 
 def test_zero3s_bucket_variants_are_predicted_closer_with_their_own_json():
@@ -443,12 +478,14 @@ def test_the_error_floor_of_repeated_measurements():
 
 
 def test_no_model_beats_the_repeats_floor_and_the_stated_errors_respect_it():
-    # the same case on several machines (2026-11-22 .. 28): one GPU spread median 18%, largest 41% (floor 17.2%);
-    # several GPUs 18% and 72% (floor 26.4%: above issue 26's 25% max target, whatever the model). The stated maxima
-    # are over these same cases, so they cannot be below the floors
+    # the same case on several machines (2026-11-22 .. 12-02): one GPU spread median 18%, largest 70% (floor 25.9%:
+    # Pythia-1.4B's ZeRO-3 at 2 x 2,048 on five H200 machines, 0.416-0.706 s); several GPUs 16% and 72% (floor
+    # 26.4%). Both are above issue 26's 25% max target, whatever the model. The stated maxima are over these same
+    # cases, so they cannot be below the floors
     from zero_planner.plan.throughput import load_calibration
 
     spread = throughput_check.repeat_spread(quiet=True)
     cal = load_calibration()
     assert set(spread) == {"one GPU", "several GPUs"} and all(n >= 10 for n, _, _ in spread.values())
     assert cal.max_error >= spread["one GPU"][2] and cal.several_gpus_max_error >= spread["several GPUs"][2]
+    assert spread["one GPU"][2] > 0.25 and spread["several GPUs"][2] > 0.25

@@ -280,6 +280,10 @@ class Candidate(_OmitsUnsetProbe):
     where that model does not apply (see throughput.models_throughput)."""
     reason: str
     chosen: bool = False
+    bound: Literal["gpu", "host"] | None = None
+    """What sets the pace of the step in the step-time model (throughput.StepTime.bound): the GPU's work, or the
+    host's (layer launches, ZeRO-2's buckets, ZeRO-3's hooks), whose speed differs between machines; each has its
+    own stated error (Calibration.stated_error). None where tokens/s is not modelled or the candidate does not fit."""
     probe: ProbeResult | None = None
     """Set in plan.probed.json for each candidate `--probe` ran."""
 

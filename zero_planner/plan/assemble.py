@@ -66,6 +66,7 @@ def candidate(option: Option, *, chosen: bool = False) -> Candidate:
         tokens_per_second=option.tokens_per_second,  # null for CPU plans: Plan.check_no_cpu_throughput
         reason=option.reason,
         chosen=chosen,
+        bound=option.step.bound if option.fits and option.step is not None and option.step.modelled else None,
     )
 
 

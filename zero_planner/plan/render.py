@@ -194,8 +194,19 @@ def model_error_text() -> str:
     from zero_planner.plan.throughput import load_calibration
 
     cal = load_calibration()
+    by_bound = ""
+    if cal.bound_errors:
+        gpu, host = cal.stated_error(1, "gpu"), cal.stated_error(1, "host")
+        by_bound = (f"; ±{gpu[0]:.0%}, up to {gpu[1]:.0%}, where the GPU's work sets the pace, ±{host[0]:.0%}, up to "
+                    f"{host[1]:.0%}, where the host's does: its speed differs between machines")
     return (f"tokens/s: step-time model, ±{cal.median_error:.0%} (median error on architectures left out of its "
-            f"fit, up to {cal.max_error:.0%}; {cal.scope_text()})")
+            f"fit, up to {cal.max_error:.0%}{by_bound}; {cal.scope_text()})")
+
+
+BOUND_TEXT = {"gpu": "steps the GPU's work bounds, as this one",
+              "host": "steps the host bounds, as this one (its Python, launches and ZeRO-3's hooks run at the speed of "
+                      "the machine's host, which differs between machines of one kind)"}
+"""How the plan's summary names the runs its stated error is over (Candidate.bound)."""
 
 
 def tokens_text(option) -> str:
@@ -378,10 +389,11 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         from zero_planner.plan.throughput import load_calibration
 
         cal = load_calibration()
-        median, largest = cal.stated_error(world)
+        median, largest = cal.stated_error(world, chosen.bound)
         on = " on several GPUs" if world > 1 and cal.several_gpus_median_error else ""
+        over = f", for {BOUND_TEXT[chosen.bound]}" if chosen.bound and cal.bound_errors else ""
         say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{median:.0%} "
-            f"median error on architectures left out of its fit{on}, up to {largest:.0%}; not a measurement)",
+            f"median error on architectures left out of its fit{on}{over}, up to {largest:.0%}; not a measurement)",
             hang="    ")  # fmt: skip
         close = runner_up_within(plan.candidates, chosen, median)
         if close is not None:

@@ -290,11 +290,21 @@ class Calibration:
     several_gpus_median_error: float = 0.0
     """The same out-of-family median over the runs of several GPUs (communication and ZeRO-3's gathers in play)."""
     several_gpus_max_error: float = 0.0
+    bound_errors: tuple[tuple[str, float, float], ...] = ()
+    """The same out-of-family (median, largest) error over the runs whose step the model says the GPU sets ("gpu")
+    and those it says the host sets ("host", StepTime.bound), one GPU and several apart: (key, median, largest) with
+    keys "1:gpu", "1:host", "n:gpu", "n:host". Host-bound steps carry the spread of hosts between machines of one
+    kind, which the GPU-bound ones, where the planner's picks mostly land, do not (benchmarks/throughput_check.py)."""
 
-    def stated_error(self, world_size: int = 1) -> tuple[float, float]:
+    def stated_error(self, world_size: int = 1, bound: str | None = None) -> tuple[float, float]:
         """Returns the (median, largest) out-of-family error to state beside tokens/s of a job on `world_size`
-        GPUs: the one-GPU figures, or those of several GPUs where measured."""
-        if world_size > 1 and self.several_gpus_median_error:
+        GPUs: the one-GPU figures, or those of several GPUs where measured; with `bound` ("gpu" or "host",
+        StepTime.bound), those of the runs bound alike where measured."""
+        several = world_size > 1 and bool(self.several_gpus_median_error)
+        by_bound = {key: (median, largest) for key, median, largest in self.bound_errors}
+        if bound is not None and f"{'n' if several else '1'}:{bound}" in by_bound:
+            return by_bound[f"{'n' if several else '1'}:{bound}"]
+        if several:
             return self.several_gpus_median_error, self.several_gpus_max_error
         return self.median_error, self.max_error
 
@@ -349,6 +359,7 @@ def load_calibration() -> Calibration:
         error_families=tuple(error.get("families", ())),
         several_gpus_median_error=error.get("several_gpus_out_of_family_median", 0.0),
         several_gpus_max_error=error.get("several_gpus_out_of_family_max", 0.0),
+        bound_errors=tuple((key, float(v["median"]), float(v["max"])) for key, v in sorted(error.get("by_bound", {}).items())),
     )
     return Calibration(**values)
 
@@ -431,6 +442,17 @@ class StepTime:
     beyond the GPU's work, and every stage's per-gradient-tensor work (grad_tensor_seconds)."""
     optimizer_s: float = 0.0
     """The optimizer step on the GPU (zero when the optimizer is offloaded: CPU Adam is in offload_s)."""
+    host_work_s: float = 0.0
+    """The host's own seconds of the micro-steps before they race the GPU's (compute_s): layer launches, ZeRO-2's
+    buckets, ZeRO-3's hooks per fetch, gather and bucket."""
+
+    @property
+    def bound(self) -> str:
+        """Returns "host" where the host's work of the micro-steps is at least the GPU's (host_work_s >= compute_s),
+        else "gpu": which of the two sets the pace, and so which stated error applies (Calibration.stated_error).
+        Host-bound steps run at the speed of the machine's host, which differed by up to 37% between lent
+        machines of one kind (docs/speed.md, "The host differs between machines")."""
+        return "host" if self.host_work_s >= self.compute_s else "gpu"
 
 
 def compute_params(spec: ModelSpec) -> int:
@@ -1581,4 +1603,5 @@ def estimate_step_time(spec: ModelSpec, strategy: Strategy, gpu: GPU, workload: 
         stage3_s=stage3_s,
         host_s=host_bound_s,
         optimizer_s=optimizer_s,
+        host_work_s=accum * (launches_s + fetches_s),
     )
