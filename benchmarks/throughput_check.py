@@ -406,12 +406,12 @@ def check_stated(computed: dict) -> bool:
     if several_gpus:
         stored.update(several_gpus_out_of_family_median=cal.several_gpus_median_error,
                       several_gpus_out_of_family_max=cal.several_gpus_max_error)  # fmt: skip
-    for key, median, largest in cal.bound_errors:  # the figures stated per bound (StepTime.bound)
+    computed = dict(computed)
+    for key, e in computed.pop("by_bound", {}).items():  # the figures stated per bound (StepTime.bound), flattened
+        computed.update({f"{key}:median": e["median"], f"{key}:max": e["max"]})
+        stored.update({f"{key}:median": float("nan"), f"{key}:max": float("nan")})  # stale unless stored (below)
+    for key, median, largest in cal.bound_errors:
         stored.update({f"{key}:median": median, f"{key}:max": largest})
-    for key, e in computed.get("by_bound", {}).items():
-        computed = {**computed, f"{key}:median": e["median"], f"{key}:max": e["max"]}
-        stored.setdefault(f"{key}:median", float("nan"))  # computed but never stored: stale
-        stored.setdefault(f"{key}:max", float("nan"))
     stale = {k: (v, computed.get(k, float("nan"))) for k, v in stored.items()
              if not abs(v - computed.get(k, float("nan"))) <= STATED_ERROR_TOLERANCE}
     if stale:
