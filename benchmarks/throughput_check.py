@@ -88,13 +88,8 @@ class MeasuredCase:
         return ZeroBuffers.from_ds_config(case["deepspeed_config"], self.spec.hidden_size) if case.get("variant") else None
 
     def predicted_tokens_per_second(self) -> float:
-        return self.step().tokens_per_second
-
-    def step(self, calibration=None):
-        """Returns the model's StepTime of the case at `calibration` (None: the committed constants), with the run's
-        own DeepSpeed JSON where it has one."""
-        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload, calibration,
-                                  buffers=self.buffers)
+        return estimate_step_time(self.spec, STRATEGIES[self.strategy], self.gpu, self.workload,
+                                  buffers=self.buffers).tokens_per_second
 
     @property
     def setting(self) -> tuple | None:
@@ -358,9 +353,11 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     reference GPU's cases fit the GPU constants; other GPUs' cases are only predicted (their hosts' CPU Adam
     rates are fitted on their own offload cases, held-out family excluded); cases of several GPUs fit only the
     ZeRO-3 gather, and the CPU Adam rate of a host seen only in them."""
+    from benchmarks.throughput_fit import bound
+    from zero_planner.plan.throughput import load_calibration
+
     every, every_in, every_out = family_errors(cases, base)
-    bounds = [c.step(base).bound for c in cases if c.method == "full"]  # aligned with family_errors' rows
-    by_bound = bound_errors(every, every_out, bounds)
+    by_bound = bound_errors(every, every_out, [bound(r, base or load_calibration()) for r in every])
     one = [i for i, r in enumerate(every) if r.world_size == 1]
     several = [i for i, r in enumerate(every) if r.world_size > 1]
     rows = [every[i] for i in one]

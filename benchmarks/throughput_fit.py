@@ -200,13 +200,25 @@ def host_seconds(c: Features, cal: Calibration) -> float:
             + c.reductions_across * cal.seconds_per_reduction_across_ranks)
 
 
+def stage3_host_seconds(c: Features, cal: Calibration) -> float:
+    """Returns ZeRO-3's host seconds of the case's micro-step at `cal` (throughput.stage3_host_seconds): the hooks'
+    fetches and buckets, and the gathers and buckets across ranks with their growth."""
+    across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
+    return (c.fetches * cal.stage3_seconds_per_fetch + c.stage3_buckets * cal.stage3_seconds_per_bucket
+            + across * throughput.stage3_sync_growth(c.world_size, cal))  # fmt: skip
+
+
+def bound(c: Features, cal: Calibration) -> str:
+    """Returns throughput.StepTime.bound of the case at `cal` ("host" where the host's work of the micro-step is at
+    least the GPU's), from the features: as estimate_step_time gives it, without building the step again."""
+    return "host" if host_seconds(c, cal) + stage3_host_seconds(c, cal) >= gpu_seconds(c, cal) else "gpu"
+
+
 def predict(c: Features, cal: Calibration) -> float:
     """Returns the predicted micro-step seconds of a case (one micro-step per optimizer step, as the harness
     runs): throughput.estimate_step_time's formula on the features (tests/test_throughput_check.py checks the
     two agree on every committed case)."""
-    across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
-    fetches = (c.fetches * cal.stage3_seconds_per_fetch + c.stage3_buckets * cal.stage3_seconds_per_bucket
-               + across * throughput.stage3_sync_growth(c.world_size, cal))  # fmt: skip
+    fetches = stage3_host_seconds(c, cal)
     optimizer = cal.optimizer_bytes_per_param * c.optimizer_param_s / cal.memory_fraction_for(c.gpu)
     tensors = c.grad_tensors * cal.seconds_per_grad_tensor
     busy = throughput.overlapped_seconds(gpu_seconds(c, cal), host_seconds(c, cal) + fetches, cal.host_overlap_power)
