@@ -204,8 +204,7 @@ def stage3_host_seconds(c: Features, cal: Calibration) -> float:
     """Returns ZeRO-3's host seconds of the case's micro-step at `cal` (throughput.stage3_host_seconds): the hooks'
     fetches and buckets, and the gathers and buckets across ranks with their growth."""
     across = c.gathers * cal.stage3_seconds_per_gather + c.stage3_reductions * cal.stage3_seconds_per_reduction
-    return (c.fetches * cal.stage3_seconds_per_fetch + c.stage3_buckets * cal.stage3_seconds_per_bucket
-            + across * throughput.stage3_sync_growth(c.world_size, cal))  # fmt: skip
+    return stage3_hooks_seconds(c, cal) + across * throughput.stage3_sync_growth(c.world_size, cal)
 
 
 def bound(c: Features, cal: Calibration) -> str:

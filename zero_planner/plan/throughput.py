@@ -301,9 +301,10 @@ class Calibration:
         GPUs: the one-GPU figures, or those of several GPUs where measured; with `bound` ("gpu" or "host",
         StepTime.bound), those of the runs bound alike where measured."""
         several = world_size > 1 and bool(self.several_gpus_median_error)
-        by_bound = {key: (median, largest) for key, median, largest in self.bound_errors}
-        if bound is not None and f"{'n' if several else '1'}:{bound}" in by_bound:
-            return by_bound[f"{'n' if several else '1'}:{bound}"]
+        key = f"{'n' if several else '1'}:{bound}"
+        for stored, median, largest in self.bound_errors:
+            if stored == key:
+                return median, largest
         if several:
             return self.several_gpus_median_error, self.several_gpus_max_error
         return self.median_error, self.max_error
