@@ -392,6 +392,78 @@ def validate(cases: list[MeasuredCase], *, quiet: bool = False, base=None) -> di
     return result
 
 
+VALIDATION_JSON = ROOT / "benchmarks" / "step_time_validation.json"
+"""The committed output of the full validation (validate over every run alone on its host, with the committed
+constants), written by `python benchmarks/throughput_fit.py --write` or `--write-errors` (4-5 minutes on a 2-core
+machine): the tests and CI read it instead of refitting, and fail when its inputs changed since (inputs_sha256)."""
+VALIDATION_INPUTS = ("benchmarks/results/*.jsonl", "benchmarks/throughput_fit.py", "benchmarks/throughput_check.py",
+                     "zero_planner/plan/throughput.py", "zero_planner/catalog/gpus.json")
+"""What the validation is a function of, beside catalog/step_time.json's constants (its stated errors are the
+validation's output, so they are left out of the hash). The rest of the planner (model specs, the memory model, which
+runs memory_regression.load_cases reads) is held by the per-run predictions stored beside the figures, which the
+tests recompute in a second."""
+
+
+def validation_inputs_sha256() -> str:
+    """Returns the sha256 (hex) of the validation's inputs: VALIDATION_INPUTS' files in name order and
+    catalog/step_time.json without its "error" section."""
+    import hashlib
+
+    from zero_planner.plan.throughput import STEP_TIME_FILE
+
+    digest = hashlib.sha256()
+    for pattern in VALIDATION_INPUTS:
+        for path in sorted(ROOT.glob(pattern)):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    constants = json.loads((ROOT / "zero_planner" / STEP_TIME_FILE).read_text())
+    constants.pop("error", None)
+    digest.update(json.dumps(constants, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def validation_cases() -> list[MeasuredCase]:
+    """Returns the runs the stated errors are computed over: every committed run, one GPU and several, alone on its
+    host, at >= STATED_MIN_TOKENS per micro-step, runs of users' JSONs each with its own."""
+    return [c for c in measured_cases(STATED_MIN_TOKENS, gpus=None, own_json=True) if not c.host_shared]
+
+
+def run_predictions(cases: list[MeasuredCase], cal=None) -> list[list]:
+    """Returns [[run name, predicted step seconds], ...] for the full fine-tuning `cases`, at the committed constants
+    (or `cal`): what the validation's figures were computed from, cheap to recompute."""
+    from benchmarks.throughput_fit import features, predict
+    from zero_planner.plan.throughput import load_calibration
+
+    cal = cal or load_calibration()
+    return [[row.name, predict(row, cal)] for row in (features(c, cal) for c in cases if c.method == "full")]
+
+
+def write_validation(computed: dict, cases: list[MeasuredCase], path: Path = VALIDATION_JSON) -> None:
+    """Writes the validation's figures, its inputs' hash and each run's prediction to `path`."""
+    data = {"_about": VALIDATION_JSON_ABOUT, "inputs_sha256": validation_inputs_sha256(),
+            "inputs": list(VALIDATION_INPUTS) + ["zero_planner/catalog/step_time.json (constants)"],
+            "validation": computed, "predicted_step_s": run_predictions(cases)}  # fmt: skip
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+VALIDATION_JSON_ABOUT = ("The step-time model's validation over the committed runs (benchmarks/throughput_check.py "
+                         "validate: in sample and leave one family out), computed by python benchmarks/throughput_fit.py "
+                         "--write-errors. Stale when inputs_sha256 differs from today's inputs: rerun that command.")
+
+
+class StaleValidation(Exception):
+    """The committed validation was computed from other inputs than today's."""
+
+
+def committed_validation() -> dict:
+    """Returns the committed validation's figures (validate's dict); StaleValidation when its inputs changed."""
+    data = json.loads(VALIDATION_JSON.read_text())
+    if data["inputs_sha256"] != validation_inputs_sha256():
+        raise StaleValidation(f"{VALIDATION_JSON.relative_to(ROOT)} was computed from other runs or another model than "
+                              "today's; run python benchmarks/throughput_fit.py --write-errors (--write to refit the "
+                              "constants), then python -m pytest -m refit")
+    return data["validation"]
+
+
 def check_stated(computed: dict) -> bool:
     """Prints and returns whether the errors stored in catalog/step_time.json match the computed ones."""
     from zero_planner.plan.throughput import load_calibration
@@ -595,6 +667,8 @@ def repeat_spread(quiet: bool = False) -> dict[str, tuple[int, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--min-tokens", type=int, default=STATED_MIN_TOKENS, help="tokens per micro-step at least")
+    parser.add_argument("--recompute", action="store_true",
+                        help="refit per family instead of reading benchmarks/step_time_validation.json (4-5 minutes)")
     args = parser.parse_args(argv)
     cases = measured_cases(args.min_tokens, host_shared=True)
     case_table(cases)
@@ -603,7 +677,19 @@ def main(argv: list[str] | None = None) -> int:
     shared = [c for c in cases if c.host_shared]
     if shared:
         error_table(shared, "the same, host shared with another harness (indicative, not in the figures above)")
-    computed = validate([c for c in measured_cases(args.min_tokens, gpus=None, own_json=True) if not c.host_shared])
+    if args.recompute or args.min_tokens != STATED_MIN_TOKENS:
+        computed = validate([c for c in measured_cases(args.min_tokens, gpus=None, own_json=True) if not c.host_shared])
+    else:
+        try:
+            computed = committed_validation()
+        except StaleValidation as stale:
+            print(f"\nstale: {stale}")
+            return 1
+        print(f"\nhow it generalizes: {VALIDATION_JSON.relative_to(ROOT)} (inputs unchanged; --recompute refits per "
+              f"family): one GPU out of family median {computed['out_of_family_median']:.1%}, max "
+              f"{computed['out_of_family_max']:.1%} over {computed['cases']} runs; several GPUs median "
+              f"{computed['several_gpus_out_of_family_median']:.1%}, max {computed['several_gpus_out_of_family_max']:.1%} "
+              f"over {computed['several_gpus_cases']}")
     repeat_spread()
     # with the one-GPU sweeps timed as zero-run's loop runs (one wait per step; not fitted), as several_gpus does
     one_sync = [c for c in measured_cases(args.min_tokens, one_sync=True, host_shared=True) if c.setting is not None]

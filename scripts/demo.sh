@@ -32,11 +32,11 @@ fi
 # by every venv on the machine (the build flags name the venv's paths).
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$(cd "$VENV" && pwd)/torch_extensions}"
 mark venv
-python -m pip install --quiet pydantic rich psutil >"$LOGS/pip-light.log" 2>&1 || fail_with_log "pip install (planning)" "$LOGS/pip-light.log"
+python -m pip install --quiet -c constraints.txt pydantic rich psutil >"$LOGS/pip-light.log" 2>&1 || fail_with_log "pip install (planning)" "$LOGS/pip-light.log"
 mark light_install
 # torch first, the CPU build pinned (pip would otherwise pick whatever torch satisfies deepspeed), then
 # deepspeed, in the background while steps 1 and 2 plan. No [dev]: the demo runs no tests.
-( python -m pip install --quiet torch==2.13.0 && python -m pip install --quiet "deepspeed>=0.16" ) \
+( python -m pip install --quiet -c constraints.txt torch==2.13.0 && python -m pip install --quiet -c constraints.txt deepspeed ) \
     >"$LOGS/pip-torch-deepspeed.log" 2>&1 &
 INSTALL_PID=$!
 
@@ -66,7 +66,7 @@ build_op ShareMemCommBuilder >"$LOGS/op-shm.log" 2>&1 &
 SHM_PID=$!
 build_op FusedAdamBuilder >"$LOGS/op-fused-adam.log" 2>&1 &
 ADAM_PID=$!
-python -m pip install --quiet -e . >"$LOGS/pip-package.log" 2>&1 || fail_with_log "pip install -e ." "$LOGS/pip-package.log"
+python -m pip install --quiet -c constraints.txt -e . >"$LOGS/pip-package.log" 2>&1 || fail_with_log "pip install -e ." "$LOGS/pip-package.log"
 mark package_install
 
 step "3. Plan a tiny Llama (from its config.json) on two CPU processes"

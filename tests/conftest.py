@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from zero_planner.planfile import Plan, save_plan
 from zero_planner.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
+# zero-plan's width is the terminal's or COLUMNS, else 100 on a pipe (render.output_width); pytest-xdist's workers
+# inherit a COLUMNS of their own, which rewrapped the tables some CLI tests read. Every test sees a pipe's width.
+os.environ.pop("COLUMNS", None)
 LLAMA_TINY = json.loads((ROOT / "benchmarks" / "model_configs" / "llama-tiny.json").read_text())
 GIB = 2**30
 
@@ -184,12 +188,28 @@ def _remove_leaked_deepspeed_shm_buffers():
 
     start = time.time()
     yield
+    in_use = _shm_files_in_use()  # under pytest-xdist another worker's ranks may still be using theirs
     for path in Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"):
         try:
-            if path.stat().st_mtime >= start - 1:
+            if path.stat().st_mtime >= start - 1 and str(path) not in in_use:
                 path.unlink()
         except OSError:
             pass
+
+
+def _shm_files_in_use() -> set[str]:
+    """Returns the /dev/shm paths some process on this machine holds open or mapped (Linux /proc)."""
+    from pathlib import Path
+
+    paths = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            paths.update(line.split(maxsplit=5)[5].strip() for line in (proc / "maps").read_text().splitlines()
+                         if "/dev/shm/" in line)
+            paths.update(str(fd.readlink()) for fd in (proc / "fd").iterdir())
+        except (OSError, IndexError):
+            continue
+    return {p for p in paths if p.startswith("/dev/shm/")}
 
 
 @pytest.fixture(autouse=True)

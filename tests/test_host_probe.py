@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
+@pytest.mark.harness
 def test_the_probe_times_four_engines_and_derives_three_rates(tmp_path):
     env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_PORT="29611")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_probe.py"), "--json", "--any-device"],
@@ -21,7 +24,7 @@ def test_the_probe_times_four_engines_and_derives_three_rates(tmp_path):
     steps = times["micro_step_s"]
     assert set(steps) == {"1:4", "1:24", "2:24", "3:24"} and all(s > 0 for s in steps.values())
     assert times["host_seconds_per_layer"] == (steps["1:24"] - steps["1:4"]) / 20
-    assert steps["1:24"] > steps["1:4"]  # twenty more layers cost the host time on any machine
+    # (no comparison of the timings themselves: a busy machine reorders them; benchmarks, not tests, judge times)
     assert times["gpu"] == "cpu"
 
 
@@ -42,6 +45,7 @@ def test_a_layout_keeps_its_structure_and_every_width_is_tiny():
     assert qwen["num_experts"] == model_config("qwen2-moe-a2.7b-4l")["num_experts"] and qwen["moe_intermediate_size"] == 16
 
 
+@pytest.mark.harness
 def test_layouts_report_host_time_and_launched_ops_per_layer(tmp_path):
     env = dict(os.environ, DS_ACCELERATOR="cpu", MASTER_PORT="29613")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_probe.py"), "--any-device", "--layouts",

@@ -20,9 +20,55 @@ def cases():
 
 @pytest.fixture(scope="module")
 def every_run():
-    """The validation throughput_fit.py --write stores (every run, one GPU and several, alone on its host), computed
-    once for the tests that hold the stated figures to it."""
-    return validate([c for c in measured_cases(4096, gpus=None, own_json=True) if not c.host_shared], quiet=True)
+    """The validation throughput_fit.py --write stores (every run, one GPU and several, alone on its host), as committed
+    in benchmarks/step_time_validation.json; test_the_committed_validation_is_of_todays_inputs holds it to today's
+    runs and model, and `python -m pytest -m refit` recomputes it (test_the_committed_validation_is_what_validate_computes)."""
+    return throughput_check.committed_validation()
+
+
+def test_the_committed_validation_is_of_todays_inputs():
+    # the figures zero-plan states come from a validation of 4-5 minutes, committed with the hash of what it read:
+    # a new run, a changed fit or step-time formula makes it stale until throughput_fit.py --write-errors runs again
+    import json
+
+    data = json.loads(throughput_check.VALIDATION_JSON.read_text())
+    assert data["inputs_sha256"] == throughput_check.validation_inputs_sha256(), (
+        "benchmarks/step_time_validation.json is stale: run python benchmarks/throughput_fit.py --write-errors "
+        "(--write to refit), then python -m pytest -m refit")
+    assert throughput_check.committed_validation() == data["validation"]
+
+
+def test_the_committed_validation_goes_stale_when_a_run_or_the_model_changes(tmp_path, monkeypatch):
+    before = throughput_check.validation_inputs_sha256()
+    monkeypatch.setattr(throughput_check, "ROOT", tmp_path)  # an empty tree: every input gone
+    (tmp_path / "zero_planner" / "catalog").mkdir(parents=True)
+    (tmp_path / "zero_planner" / "catalog" / "step_time.json").write_text('{"matmul_fraction": 0.5, "error": {}}')
+    empty = throughput_check.validation_inputs_sha256()
+    assert empty != before
+    (tmp_path / "zero_planner" / "catalog" / "step_time.json").write_text('{"matmul_fraction": 0.5, "error": {"x": 1}}')
+    assert throughput_check.validation_inputs_sha256() == empty  # the stated errors are its output, not an input
+    (tmp_path / "zero_planner" / "catalog" / "step_time.json").write_text('{"matmul_fraction": 0.6, "error": {}}')
+    assert throughput_check.validation_inputs_sha256() != empty  # a constant is an input
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "new-run.jsonl").write_text("{}\n")
+    assert throughput_check.validation_inputs_sha256() not in (empty, before)  # so is a new run
+
+
+def test_every_run_is_predicted_as_when_the_validation_was_computed():
+    # the rest of the planner (model specs, kernel classes, the memory model's buffers) is outside the hash: each run's
+    # step time at the committed constants, recomputed here in a second, must be the one the validation recorded
+    import json
+
+    stored = json.loads(throughput_check.VALIDATION_JSON.read_text())["predicted_step_s"]
+    today = throughput_check.run_predictions(throughput_check.validation_cases())
+    assert [name for name, _ in today] == [name for name, _ in stored]
+    for (name, now), (_, then) in zip(today, stored):
+        assert now == pytest.approx(then, rel=1e-9), name
+
+
+@pytest.mark.refit
+def test_the_committed_validation_is_what_validate_computes():
+    assert validate(throughput_check.validation_cases(), quiet=True) == throughput_check.committed_validation()
 
 
 def test_the_fit_predicts_with_the_planners_own_formula():
@@ -37,6 +83,7 @@ def test_the_fit_predicts_with_the_planners_own_formula():
         assert bound(features(case), cal) == planned.bound, case.name  # the split of the stated error, likewise
 
 
+@pytest.mark.refit
 def test_runs_of_other_bucket_sizes_tell_zero3s_buckets_from_its_gathers_without_gpt2():
     # With our JSON's hidden^2 buckets every family but GPT-2 reduces about one bucket per two gathers across ranks,
     # so the fit without GPT-2 could not split the two: it charged the gathers and not the buckets, and GPT-2's
@@ -56,6 +103,7 @@ def test_runs_of_other_bucket_sizes_tell_zero3s_buckets_from_its_gathers_without
     assert full.stage3_seconds_per_reduction > 0.0003 > full.stage3_seconds_per_gather
 
 
+@pytest.mark.refit
 def test_one_gpu_runs_of_two_bucket_sizes_give_zero3s_bucket_its_time():
     # Under our hidden^2 buckets a model closes about one per two fetched tensors, so the one-GPU runs of ours alone put
     # every hook's time on the fetches (the bucket's stays 0). One case at DeepSpeed's 5e8 buckets (a handful) or 1e5
@@ -76,6 +124,7 @@ def test_families_are_config_model_types(cases):
                                                     "mixtral"}  # fmt: skip
 
 
+@pytest.mark.refit
 def test_leave_one_family_out_is_deterministic(cases):
     # (its time, a refit per family, is printed by pytest's --durations in CI's log, not bounded here: the same code ran
     # under 20 s where CI last passed and took 32 s on this session's 2-core machine, 2026-12-02)
@@ -115,6 +164,7 @@ def test_the_runs_are_split_by_what_sets_their_pace_and_the_host_bound_miss_more
     assert by_bound["1:host"]["max"] == pytest.approx(every_run["out_of_family_max"])  # the largest miss is host-bound
 
 
+@pytest.mark.refit
 def test_each_host_gets_its_own_cpu_adam_rate(cases):
     from collections import Counter
 
@@ -128,6 +178,7 @@ def test_each_host_gets_its_own_cpu_adam_rate(cases):
     assert result.calibration.cpu_adam_params_per_s_per_node == pytest.approx(result.host_cpu_adam[reference], rel=1e-3)
 
 
+@pytest.mark.refit
 def test_a_host_of_several_gpus_gets_its_cpu_adam_rate_from_its_offload_runs():
     rows = [features(c) for c in measured_cases(4096, gpus=None)]
     result = fit(rows)
@@ -191,6 +242,7 @@ def test_a_sweep_compares_candidates_timed_on_one_machine(cases):
     assert {s[-1] for s in settings} == {"h100x1-i26-rerun-3b-2026-11-26.jsonl", "h100x1-i26-rerun-3b-b-2026-11-26.jsonl"}
 
 
+@pytest.mark.refit
 def test_a_case_run_on_two_machines_counts_twice_in_the_errors(cases):
     from benchmarks.throughput_check import family_errors
 
@@ -213,6 +265,7 @@ def test_a_run_beside_another_case_on_its_machine_is_host_shared():
     assert alone and all(c.row.get("host_shared") is False for c in alone)
 
 
+@pytest.mark.refit
 def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
     from dataclasses import replace
 
@@ -242,6 +295,7 @@ def test_zero3s_gather_is_fitted_on_several_gpus_and_explains_them():
     assert error(both) < 0.8 * error(one_gpu)
 
 
+@pytest.mark.refit
 def test_zero12s_buckets_across_ranks_are_fitted_on_several_gpus_and_explain_them():
     """ZeRO-1/2 on several GPUs: each gradient bucket reduced across the ranks costs the host time the one-GPU
     constants cannot show (GPT-2 medium's ZeRO-1 at 4 x 1,024 measured as slow on two and four H100s as on one)."""
@@ -371,6 +425,7 @@ def test_zero3_on_four_gpus_of_one_machine_is_predicted_slower_than_on_two():
     assert 1.0 < with_growth < measured
 
 
+@pytest.mark.refit
 def test_a_gpu_other_than_the_reference_gets_its_memory_rate_from_its_own_runs():
     from dataclasses import replace
 
