@@ -127,12 +127,10 @@ def predict(row: dict, specs: dict) -> tuple:
     spec = specs[key]
     workload = workload_of(row, spec)
     buffers = ZeroBuffers.from_ds_config(case["deepspeed_config"], spec.hidden_size)
-    # DeepSpeed decides some buffers by the free memory it sees: zero-run cases answer it for the emulated card;
-    # gpu_step cases ran capped allocators on a whole GPU, whose free memory DeepSpeed saw.
-    capacity = case["memory_limit_bytes"] + CUDA_CONTEXT_BYTES if case.get("kind") == "zero-run" and \
-        case.get("memory_limit_bytes") else None
+    # (DeepSpeed decides ZeRO-1/2's flattening by the free memory it sees; the model counts the worse branch on every
+    # card, so the card a case emulated does not enter its prediction.)
     estimate = estimate_memory(spec, STRATEGIES[case["strategy"]], workload, buffers,
-                               row["provenance"]["gpu"].replace("NVIDIA ", ""), capacity)  # fmt: skip
+                               row["provenance"]["gpu"].replace("NVIDIA ", ""))  # fmt: skip
     return spec, estimate
 
 

@@ -42,7 +42,8 @@ def test_plan_fits_and_writes_files(fake, tmp_path, capsys):
     plan = load_plan(out)
     ds = json.loads((tmp_path / "plans" / "plan.ds_config.json").read_text())
     assert ds == plan.deepspeed_config
-    assert "Chosen:" in text and f"zero-run {out}" in text and "->" in text
+    # (the run line wraps where the path is long, as under pytest-xdist's per-worker tmp dirs)
+    assert "Chosen:" in text and f"zero-run{out}" in "".join(text.split()) and "->" in text
     assert plan.launch.command[-1] == str(out)
     assert plan.training.micro_batch_size * plan.training.gradient_accumulation_steps * 8 == 64
 
@@ -296,7 +297,8 @@ def test_explain_gives_each_reason_in_full(real_memory, capsys):
     out = capsys.readouterr().out
     table = out.split("Every candidate")[0]
     assert "GPU: needs" not in table and "no: GPU" in table  # short in the table ...
-    assert out.count("GPU: needs") >= 13 and "params " in out and "optimizer " in out  # ... full below it
+    # ... full below it (a candidate whose binding phase is not the step names it: "GPU: initialize needs")
+    assert len(re.findall(r"GPU: (?:\w+ )?needs", out)) >= 13 and "params " in out and "optimizer " in out
 
 
 def test_piped_output_defaults_to_100_columns():

@@ -108,7 +108,7 @@ def test_falcon_7b_fits_where_the_model_says_on_one_h200():
     seen = {}
     for row in rows:
         work = workload_of(row, spec)
-        estimate = estimate_memory(spec, STRATEGIES["3"], work, gpu_name="H200", gpu_memory_bytes=gpu.memory_bytes)
+        estimate = estimate_memory(spec, STRATEGIES["3"], work, gpu_name="H200")
         micro = row["case"]["micro_batch_size"]
         if row["status"] == "oom":
             assert estimate.total_bytes > gpu.memory_bytes, micro

@@ -414,15 +414,14 @@ def test_phase_peaks_hand_computed(name, phase, expected, why):
     assert est.peak_allocated_bytes == max(est.phase_peaks.values())
 
 
-def test_zero12_flattens_on_the_gpu_only_when_the_card_has_room():
+def test_zero12_counts_its_flat_weight_buffer_beside_the_weights_whatever_the_card():
+    # DeepSpeed flattens on the GPU when it sees room, else through the host; which, turns on free memory at run time,
+    # and the host branch ran out where it was counted at the weights alone (Phi-3-mini on an emulated T4, issue 58):
+    # the worse branch, weights + flat copy, is counted on every card.
     spec, w = synthetic_spec(), workload(1)
-    roomy = estimate_memory(spec, STRATEGIES["2-offload"], w, gpu_name="H100", gpu_memory_bytes=80 * GiB)
-    small = estimate_memory(spec, STRATEGIES["2-offload"], w, gpu_name="H100", gpu_memory_bytes=3 * GiB)
-    # 2 GB of weights: a second copy fits 80 GiB, not 3 GiB less the context and the weights themselves.
-    assert roomy.phase_peaks["initialize"] == 4 * P and roomy.binding_phase == "initialize"
-    assert small.phase_peaks["initialize"] == 2 * P + 2 * 50_000_000  # the weights + the offload staging buffer
-    # The fit check reads the fallback DeepSpeed would take on a fuller card: never above the prediction.
-    assert roomy.fit_total_bytes < roomy.total_bytes and small.fit_total_bytes == small.total_bytes
+    est = estimate_memory(spec, STRATEGIES["2-offload"], w, gpu_name="H100")
+    assert est.phase_peaks["initialize"] == 4 * P and est.binding_phase == "initialize"  # 2 GB weights + their flat copy
+    assert est.fit_total_bytes == est.total_bytes
 
 
 def test_a_loop_keeping_the_outputs_holds_the_logits_through_backward():

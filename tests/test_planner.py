@@ -40,7 +40,7 @@ class FakeMemory:
         self.host = host_gib or {}
         self.calls = []
 
-    def __call__(self, spec, strategy, workload: Workload, buffers=None, gpu_name=None, gpu_memory_bytes=None) -> MemoryEstimate:
+    def __call__(self, spec, strategy, workload: Workload, buffers=None, gpu_name=None) -> MemoryEstimate:
         self.calls.append((strategy.name, workload))
         act = self.per_sample * workload.micro_batch_size * workload.seq_len / 1024
         if workload.gradient_checkpointing:

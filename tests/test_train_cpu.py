@@ -111,6 +111,30 @@ def test_next_choice_without_candidates(plan_kw, expected):
     assert next_choice(plan).startswith(expected)
 
 
+@pytest.mark.parametrize("phase", ["initialize", "load", "export"])
+def test_an_oom_outside_the_steps_names_a_stage_not_a_smaller_micro_batch(phase):
+    # issue 58: Phi-3-mini's 2-offload plan ran out in initialize on an emulated T4 and was told "micro-batch 2
+    # instead of 4", which does not touch that phase
+    plan = make_plan("2-offload", micro_batch_size=4)
+    advice = next_choice(plan, phase)
+    assert advice.startswith(f"stage 3 ({phase} holds the model's states") and "micro-batch" not in advice.split(":")[0]
+    assert next_choice(plan, "backward").startswith("micro-batch 2 instead of 4")
+
+
+def test_an_oom_in_initialize_picks_the_candidate_lower_in_initialize():
+    plan = make_plan("2", gpu="H100", micro_batch_size=4, peak_bytes=10 * GIB, candidates=[
+        make_candidate("2", micro_batch_size=2, checkpointing=False, fits=True, peak_bytes=8 * GIB, tokens_per_second=900),
+        make_candidate("3", micro_batch_size=4, checkpointing=True, fits=True, peak_bytes=9 * GIB, tokens_per_second=500),
+    ])  # fmt: skip
+    plan.estimate.per_gpu.phases = {"initialize": 6 * GIB, "train": 10 * GIB}
+    plan.candidates[0].estimate.per_gpu.phases = {"initialize": 6 * GIB, "train": 8 * GIB}  # the same states: no lower
+    plan.candidates[1].estimate.per_gpu.phases = {"initialize": 3 * GIB, "train": 9 * GIB}
+    plan.candidates[0].tokens_per_second, plan.candidates[1].tokens_per_second = 900.0, 500.0  # (a GPU plan's)
+    assert next_choice(plan, "initialize").startswith("stage 3, micro-batch 4, with gradient checkpointing (predicted "
+                                                      "peak in initialize 3.00 GiB)")
+    assert next_choice(plan).startswith("stage 2, micro-batch 2")  # in a step: the fastest with a lower peak
+
+
 def test_run_report_rows_and_table():
     plan = make_plan("2", peak_bytes=2 * GIB)
     ranks = [{"rank": 1, "peak_allocated_bytes": 2 * GIB, "host_rss_bytes": 5},

@@ -217,9 +217,9 @@ class MemoryEstimate:
     """The workload's dataset in each rank's host memory, held and while packed (Workload's), as the host figures
     count it: zero-run compares it with the data it finds at launch."""
     fit_total_bytes: int = 0
-    """`total` as the fit check reads it: the same, except that a transient DeepSpeed allocates only when the card
-    has room for it (ZeRO-1/2 flattening the weights on the GPU) counts at the figure of its fallback, which
-    DeepSpeed takes otherwise. Never above total."""
+    """`total` as the fit check reads it. Equal to total since no figure rests on a branch DeepSpeed takes from free
+    memory (ZeRO-1/2's flat buffer is counted on the GPU whatever the card: initialize_peak); kept as the one field
+    the fit reads."""
 
 
 MOE_REGATHERED_LAYERS = 3
@@ -498,7 +498,6 @@ def estimate_memory(
     workload: Workload,
     buffers: ZeroBuffers | None = None,
     gpu_name: str | None = None,
-    gpu_memory_bytes: int | None = None,
 ) -> MemoryEstimate:
     """Returns the predicted memory of the busiest rank for `workload` under `strategy`, in bytes.
 
@@ -512,8 +511,8 @@ def estimate_memory(
     own part. peak_allocated is the largest peak of a whole run: the train phase's and those of loading,
     initialize, resume, eval, checkpoint save and export (phase_peaks, see run_phase_peaks). `total` adds what the
     process holds beyond its tensors (reserved_bytes, CUDA context, NCCL); the host figures come from
-    host_memory. gpu_memory_bytes: the card's capacity, where DeepSpeed decides by the free memory it sees
-    (None: a card with room to spare).
+    host_memory. No figure depends on the card's size: where DeepSpeed decides by the free memory it sees, the
+    worse branch is counted (initialize_peak).
     """
     buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
     n = workload.world_size
@@ -538,10 +537,10 @@ def estimate_memory(
                      f"({states.backward_end_bytes / GiB:.2f} GiB, its peak); ZeRO-2 keeps only its partition")
     # NCCL's buffers (nccl.py: from its defaults, not measured); none on CPU, where ranks talk over gloo.
     context = (CUDA_CONTEXT_BYTES + nccl_buffer_bytes(n, workload.gpus_per_node)) if ws else 0
-    phases, guarded = run_phase_peaks(
+    phases = run_phase_peaks(
         spec, strategy, workload, W=W, P=P, train_peak=train_peak, resident=states.resident_bytes,
-        ws=ws, gathered=states.gathered_bytes, forward_activations=act.forward_peak_bytes, capacity=gpu_memory_bytes,
-        context=context, sub_group_size=buffers.sub_group_size,
+        ws=ws, gathered=states.gathered_bytes, forward_activations=act.forward_peak_bytes,
+        sub_group_size=buffers.sub_group_size,
         ipg=w * buffers.reduce_bucket_size if stage == 3 and buffers.contiguous_gradients else 0)  # fmt: skip
     peak = max(phases.values())
     binding = next(name for name in PHASES if phases.get(name) == peak)
@@ -589,7 +588,7 @@ def estimate_memory(
         train_peak_bytes=train_peak,
         data_bytes=workload.data_bytes,
         data_peak_bytes=workload.data_peak_bytes,
-        fit_total_bytes=total - max(peak - max({**phases, "initialize": phases["initialize"] - guarded}.values()), 0),
+        fit_total_bytes=total,
     )
 
 
@@ -940,10 +939,9 @@ def module_checkpoint_bytes(spec: ModelSpec, strategy: Strategy, workload: Workl
 
 
 def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, train_peak: int,
-                    resident: int, ws: int, gathered: int, forward_activations: int, capacity: int | None,
-                    context: int, sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> tuple[dict[str, int], int]:
-    """Returns ({phase: peak allocated bytes} for every phase of a run, the bytes of the initialize peak that
-    DeepSpeed allocates only when the card has room for them).
+                    resident: int, ws: int, gathered: int, forward_activations: int,
+                    sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> dict[str, int]:
+    """Returns {phase: peak allocated bytes} for every phase of a run.
 
     W: every weight as stored on the GPU; P: trainable parameters; train_peak: the training steps' peak;
     resident: what lives on the GPU between steps (16-bit weights or their partition, fp32 master weights, Adam
@@ -954,8 +952,7 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
     One function per phase below: load_peak, initialize_peak, resume_peak, eval_peak, save_peak, export_peak.
     """
     load, cast_peak = load_peak(spec, strategy, workload, W=W)
-    initialize, guarded = initialize_peak(spec, strategy, workload, W=W, P=P, capacity=capacity, context=context,
-                                          sub_group_size=sub_group_size, ipg=ipg)  # fmt: skip
+    initialize = initialize_peak(spec, strategy, workload, W=W, P=P, sub_group_size=sub_group_size, ipg=ipg)
     phases = {
         "load": load,
         "initialize": max(initialize, cast_peak),
@@ -966,7 +963,7 @@ def run_phase_peaks(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         "save": save_peak(resident=resident, ws=ws, gathered=gathered),
         "export": export_peak(spec, strategy, workload, resident=resident, ws=ws),
     }
-    return {name: int(phases[name]) for name in PHASES}, int(guarded)
+    return {name: int(phases[name]) for name in PHASES}
 
 
 def _weights_on_gpu(strategy: Strategy, W: int, n: int) -> int:
@@ -1013,18 +1010,15 @@ def load_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int
     return load, cast_peak
 
 
-def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int, capacity: int | None,
-                    context: int, sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> tuple[int, int]:  # fmt: skip
-    """Returns (deepspeed.initialize's peak, from the loaded model; the bytes of it that DeepSpeed allocates only when
-    the card has room: ZeRO-1/2 flattening the weights on the GPU, see MemoryEstimate.fit_total_bytes).
-    capacity: the card's bytes (None: room to spare); context: CUDA context and NCCL; ipg: stage 3's reduce bucket."""
+def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int, P: int,
+                    sub_group_size: int = SUB_GROUP_SIZE, ipg: int = 0) -> int:  # fmt: skip
+    """Returns deepspeed.initialize's peak allocated bytes, from the loaded model. ipg: stage 3's reduce bucket."""
     stage, n = strategy.stage, workload.world_size
     off_opt, off_param = strategy.offload_optimizer != "none", strategy.offload_param != "none"
     w = 4 if workload.precision == "fp32" else 2
     mixed = w == 2
     Pn = -(-P // n) if stage > 0 else P
     adapters = workload.method in ("lora", "qlora")
-    guarded = 0
     if stage == 0:
         # fp16/fused_optimizer.py FP16_Optimizer.__init__ (bf16 too at stage 0): the trainable weights flattened
         # into one buffer (the originals freed), an fp32 master copy (4P), then initialize_optimizer_states: an
@@ -1038,12 +1032,15 @@ def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # partition (4Pn) and, in initialize_optimizer_states, an fp32 gradient partition (4Pn, freed again
         # unless the optimizer is offloaded, where both live on the host). Offloaded, the GPU keeps a staging
         # buffer of the largest trainable tensor (temp_grad_buffer_for_gpu_offload).
+        # The branch turns on free memory at run time, so the plan counts the worse one (DESIGN.md): the flat
+        # buffer beside the weights, W + wP. Counting the host branch at W failed where it was relied on: Phi-3-mini
+        # 2-offload planned for a T4 (initialize 7.30 GiB predicted) ran out of memory in initialize 4 times of 4 on
+        # an H200 capped at the T4 less the plan's overhead, and peaked at 14.23 GiB = 2.00 W uncapped (issue 58,
+        # 2026-12-04). Whether DeepSpeed took the GPU branch under the cap or its host branch also keeps a second
+        # copy is not yet measured (benchmarks/flatten_gpu.sh asks); either way W + wP is what a card must hold.
         flat = w * P
-        free = None if capacity is None else capacity - context - W
-        on_gpu = free is None or free >= flat
-        guarded = flat if on_gpu else 0
         staging = w * largest_trainable_numel(spec, workload)
-        initialize = W + max(guarded, staging if off_opt else 8 * Pn)
+        initialize = W + max(flat, staging if off_opt else 8 * Pn)
     else:
         # stage3.py: the partitions defragmented into one flat buffer (through host memory), then per optimizer
         # sub-group (<= SUB_GROUP_SIZE elements) the fp32 master copy (4Pn), and initialize_optimizer_states' fp32
@@ -1061,7 +1058,7 @@ def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         else:
             group = sub_group_numel(spec, P, n, sub_group_size)
             initialize = partition + 4 * Pn + max(4 * group, w * Pn + ipg + end_gather)
-    return initialize, guarded
+    return initialize
 
 
 def resume_peak(strategy: Strategy, workload: Workload, *, W: int, P: int, resident: int) -> int:

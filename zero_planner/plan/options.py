@@ -126,9 +126,7 @@ class Evaluator:
         key = (strategy, ckpt, micro, accum)
         if key not in self._cache:
             self._cache[key] = estimate_memory(
-                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name,
-                gpu_memory_bytes=None if self.cluster.is_cpu else self.cluster.gpu.memory_bytes,
-            )
+                self.spec, strategy, self.workload(ckpt, micro, accum), self.buffers, gpu_name=self.cluster.gpu.name)
         return self._cache[key]
 
     def why_not(self, strategy: Strategy, ckpt: bool, micro: int, accum: int = 1) -> str | None:

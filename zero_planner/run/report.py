@@ -173,27 +173,39 @@ def phase_table(report: dict[str, Any]):
     return table
 
 
-def next_choice(plan: Plan) -> str:
-    """Returns what the planner would choose after an OOM: the fastest fitting candidate with a lower predicted
-    peak, else a smaller micro-batch, else gradient checkpointing, else the next stage."""
-    peak = plan.estimate.per_gpu.peak_allocated
-    lower = [c for c in plan.candidates if c.fits and c.estimate.per_gpu.peak_allocated < peak]
+STEP_PHASES = frozenset({"train", "forward", "backward", "step", "eval"})
+"""The phases (PhaseMeter's and the training loop's names) whose memory the micro-batch and checkpointing move;
+loading, deepspeed.initialize, resume, checkpoint save and export hold the model's states, whatever the batch."""
+
+
+def next_choice(plan: Plan, phase: str = "train") -> str:
+    """Returns what the planner would choose after an OOM in `phase`: the fastest fitting candidate with a lower
+    predicted peak in that phase, else (in a step) a smaller micro-batch, else gradient checkpointing, else the next
+    stage; in a phase the batch does not touch, the next stage."""
+    step = phase in STEP_PHASES
+
+    def peak(estimate) -> int:
+        phases = estimate.per_gpu.phases
+        return estimate.per_gpu.peak_allocated if step or phase not in phases else phases[phase]
+
+    ceiling = peak(plan.estimate)
+    lower = [c for c in plan.candidates if c.fits and peak(c.estimate) < ceiling]
     if lower:
         # Fastest first; CPU plans carry no tokens/s, so there the least change: the highest peak still lower.
-        best = max(lower, key=lambda c: (c.tokens_per_second or 0.0, c.estimate.per_gpu.peak_allocated
-                                         if c.tokens_per_second is None else -c.estimate.per_gpu.peak_allocated))  # fmt: skip
-        return f"{describe(best)} (predicted peak {gib(best.estimate.per_gpu.peak_allocated)}): " + _replan_hint(
-            plan, best
-        )
+        best = max(lower, key=lambda c: (c.tokens_per_second or 0.0, peak(c.estimate)
+                                         if c.tokens_per_second is None else -peak(c.estimate)))  # fmt: skip
+        where = "" if step else f" in {phase}"
+        return f"{describe(best)} (predicted peak{where} {gib(peak(best.estimate))}): " + _replan_hint(plan, best)
     micro = plan.training.micro_batch_size
-    if micro > 1:
+    if step and micro > 1:
         return f"micro-batch {micro // 2} instead of {micro}: zero-plan ... --micro-batch {micro // 2}"
-    if not plan.training.gradient_checkpointing:
+    if step and not plan.training.gradient_checkpointing:
         return "gradient checkpointing: zero-plan ... --grad-checkpointing"
     name = plan.strategy.name or str(plan.strategy.stage)
     later = STAGE_ORDER[STAGE_ORDER.index(name) + 1 :] if name in STAGE_ORDER else []
     if later:
-        return f"stage {later[0]}: zero-plan ... --stage {later[0]}"
+        why = "" if step else f" ({phase} holds the model's states: the micro-batch does not change it)"
+        return f"stage {later[0]}{why}: zero-plan ... --stage {later[0]}"
     return "more GPUs, LoRA/QLoRA or a shorter sequence: nothing smaller is left at this size"
 
 
@@ -214,5 +226,5 @@ def oom_message(plan: Plan, *, rank: int, phase: str, step: int) -> str:
     return (
         f"rank {rank} ran out of GPU memory in {phase} at step {step} "
         f"(plan predicted a peak of {gib(plan.estimate.per_gpu.peak_allocated)}, total "
-        f"{gib(plan.estimate.per_gpu.total)}). Next choice: {next_choice(plan)}"
+        f"{gib(plan.estimate.per_gpu.total)}). Next choice: {next_choice(plan, phase)}"
     )
