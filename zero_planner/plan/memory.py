@@ -1036,8 +1036,11 @@ def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # buffer beside the weights, W + wP. Counting the host branch at W failed where it was relied on: Phi-3-mini
         # 2-offload planned for a T4 (initialize 7.30 GiB predicted) ran out of memory in initialize 4 times of 4 on
         # an H200 capped at the T4 less the plan's overhead, and peaked at 14.23 GiB = 2.00 W uncapped (issue 58,
-        # 2026-12-04). Whether DeepSpeed took the GPU branch under the cap or its host branch also keeps a second
-        # copy is not yet measured (benchmarks/flatten_gpu.sh asks); either way W + wP is what a card must hold.
+        # 2026-12-04). Measured why (benchmarks/flatten_gpu.sh, one H100, 2026-12-05; results/flatten-phi3-t4-*):
+        # under the cap DeepSpeed saw 6.78e9 free < 7.64e9 and took the host branch, and it too holds 2 W: moving
+        # the weights to the host left them allocated on the GPU (7.64e9 still allocated) and the copy back
+        # (stage_1_and_2.py:524, flattened_buffer.to(device)) asked for 7.64e9 more; forcing the host branch gave
+        # the same. Either branch holds W + wP.
         flat = w * P
         staging = w * largest_trainable_numel(spec, workload)
         initialize = W + max(flat, staging if off_opt else 8 * Pn)
