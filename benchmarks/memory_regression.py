@@ -350,7 +350,7 @@ def phase_check(rows: list[dict], specs: dict, verbose: bool) -> list[str]:
         rank = row["ranks"][0] if row["ranks"] else {}
         if row["status"] != "ok":
             phase = rank.get("oom_phase") or "?"
-            called_fit = est.fit_total_bytes <= capacity
+            called_fit = est.total_bytes <= capacity
             ooms.append(f"  {row['id'][:70]}: {row['status']} in {phase}; predicted {est.total_bytes / GiB:.2f} GiB "
                         f"({est.binding_phase}) of {capacity / GiB:.2f} ({'called fitting' if called_fit else 'called not fitting'})")  # fmt: skip
             if row["status"] == "oom" and called_fit:

@@ -199,8 +199,6 @@ def _remove_leaked_deepspeed_shm_buffers():
 
 def _shm_files_in_use() -> set[str]:
     """Returns the /dev/shm paths some process on this machine holds open or mapped (Linux /proc)."""
-    from pathlib import Path
-
     paths = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:

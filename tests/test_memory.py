@@ -421,7 +421,6 @@ def test_zero12_counts_its_flat_weight_buffer_beside_the_weights_whatever_the_ca
     spec, w = synthetic_spec(), workload(1)
     est = estimate_memory(spec, STRATEGIES["2-offload"], w, gpu_name="H100")
     assert est.phase_peaks["initialize"] == 4 * P and est.binding_phase == "initialize"  # 2 GB weights + their flat copy
-    assert est.fit_total_bytes == est.total_bytes
 
 
 def test_a_loop_keeping_the_outputs_holds_the_logits_through_backward():

@@ -42,7 +42,7 @@ def moved_by_the_reduction_pool(ran: dict, now: dict) -> bool:
     estimate = estimate_memory(spec, STRATEGIES["2"], w, gpu_name=ran["planned"]["gpu"])
     pool = reduction_stream_bytes(STRATEGIES["2"], ZeroBuffers.for_model(spec.hidden_size), w, trainable_params(spec, w))
     limit = gpu_limit_bytes(ran["planned"]["gpu_capacity_bytes"])
-    return pool > 0 and estimate.fit_total_bytes - pool <= limit < estimate.fit_total_bytes
+    return pool > 0 and estimate.total_bytes - pool <= limit < estimate.total_bytes
 
 
 SHORT_SUITES = {"i26-phi3-h200": "h200x1-i26-phi3-2026-11-27.jsonl",

@@ -39,8 +39,7 @@ def host_limit_bytes(cpu_memory_bytes: int) -> int:
 def why_not(memory: MemoryEstimate, gpu_cap_bytes: int, host_cap_bytes: int) -> str | None:
     """Returns why `memory` does not fit under the per-GPU and per-node host caps (with the numbers), or None."""
     problems = []
-    # fit_total: a transient DeepSpeed only allocates when the card has room counts at its fallback (memory.py).
-    need = memory.fit_total_bytes or memory.total_bytes
+    need = memory.total_bytes
     if need > gpu_cap_bytes:
         phase = "" if memory.binding_phase == "train" else f"{memory.binding_phase} "
         problems.append(f"GPU: {phase}needs {_gib(need)} > {_gib(gpu_cap_bytes)}")

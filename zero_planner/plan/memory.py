@@ -216,10 +216,6 @@ class MemoryEstimate:
     data_peak_bytes: int = 0
     """The workload's dataset in each rank's host memory, held and while packed (Workload's), as the host figures
     count it: zero-run compares it with the data it finds at launch."""
-    fit_total_bytes: int = 0
-    """`total` as the fit check reads it. Equal to total since no figure rests on a branch DeepSpeed takes from free
-    memory (ZeRO-1/2's flat buffer is counted on the GPU whatever the card: initialize_peak); kept as the one field
-    the fit reads."""
 
 
 MOE_REGATHERED_LAYERS = 3
@@ -588,7 +584,6 @@ def estimate_memory(
         train_peak_bytes=train_peak,
         data_bytes=workload.data_bytes,
         data_peak_bytes=workload.data_peak_bytes,
-        fit_total_bytes=total,
     )
 
 

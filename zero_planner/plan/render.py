@@ -138,7 +138,7 @@ def verdict(option, chosen, *, fitting: int, gpu_cap_bytes: int, host_cap_bytes:
     if option.reason.startswith("does not run"):
         return "no: fails in DeepSpeed"  # options.known_failure; --explain gives the reason in full
     memory, problems = option.memory, []
-    need = memory.fit_total_bytes or memory.total_bytes
+    need = memory.total_bytes
     if need > gpu_cap_bytes:
         cache = " (cache)" if 0 < memory.floor_bytes <= gpu_cap_bytes else ""
         phase = "" if memory.binding_phase == "train" else f" {PHASE_SHORT.get(memory.binding_phase, memory.binding_phase)}"
