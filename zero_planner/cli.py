@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits")  # fmt: skip
     parser.add_argument("--lora-r", type=positive_int, default=16, metavar="R", help="LoRA rank (default 16)")
     parser.add_argument("--lora-alpha", type=positive_int, default=32, metavar="A", help="LoRA alpha (default 32)")
-    parser.add_argument("--lora-dropout", type=_dropout, default=0.05, metavar="P", help="LoRA dropout (default 0.05)")
+    parser.add_argument("--lora-dropout", type=_dropout, default=None, metavar="P",
+                        help="LoRA dropout (default 0.05; 0 where peft adapts mixture-of-experts stacks, which refuse it)")
     parser.add_argument(
         "--lora-targets",
         default="all-linear",
@@ -256,14 +257,19 @@ def _dropout(text: str) -> float:
     return parsed_number(text, float, lambda v: 0 <= v < 1, f"{text!r} is not a probability in [0, 1)")
 
 
-def _lora_info(args: argparse.Namespace):
+def _lora_info(args: argparse.Namespace, spec):
+    """Returns the LoRA settings of the command line, as peft can run them on `spec` (options.lora_for_model)."""
+    from zero_planner.plan.options import lora_for_model
     from zero_planner.planfile import LoraInfo
 
     targets = args.lora_targets.strip()
     names = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
     if not names:
         raise InputError(f'--lora-targets {args.lora_targets!r} names no module; use "all-linear" or q_proj,v_proj')
-    return LoraInfo(r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout, target_modules=names)
+    given = args.lora_dropout is not None
+    lora = LoraInfo(r=args.lora_r, alpha=args.lora_alpha, target_modules=names,
+                    **({"dropout": args.lora_dropout} if given else {}))  # fmt: skip
+    return lora_for_model(spec, lora, args.method, dropout_given=f"--lora-dropout {args.lora_dropout:g}" if given else None)
 
 
 def _one_line(error: BaseException) -> str:
@@ -333,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
             task=args.task,
             model_name=args.model,
             plan_path=plan_path,
-            lora=_lora_info(args),
+            lora=_lora_info(args, spec),
             num_labels=args.num_labels,
             pretrained=pretrained,
             keeps_outputs=args.loop_keeps_outputs,
@@ -357,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
             task=args.task,
             model_name=args.model,
             plan_path=plan_path,
-            lora=_lora_info(args),
+            lora=_lora_info(args, spec),
             num_labels=args.num_labels,
             pretrained=pretrained,
             calibration=calibration,
@@ -452,7 +458,7 @@ def run_compare(args: argparse.Namespace) -> int:
     rows = compare.compare(spec, clusters, tokens=tokens, prices=prices, calibrations=calibrations, seq_len=seq_len,
                            micro_batch=args.micro_batch, global_batch=args.global_batch, grad_ckpt=args.grad_ckpt,
                            precision=args.precision, stage=args.stage, method=args.method, task=args.task,
-                           model_name=args.model, lora=_lora_info(args), num_labels=args.num_labels)  # fmt: skip
+                           model_name=args.model, lora=_lora_info(args, spec), num_labels=args.num_labels)  # fmt: skip
     fits = any(row.fits for row in rows)
     if args.json:
         from zero_planner.plan.throughput import load_calibration

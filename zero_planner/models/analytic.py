@@ -273,7 +273,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
         sizes[numel] = sizes.get(numel, 0) + count
     num_embedding_params = v * h * (1 if tied else 2) + sum(n for _, n in m.pre)  # every nn.Embedding (count.py)
     experts = c["num_local_experts"] if family.layout == "mixtral" else 1
-    return {
+    table = {
         "built_with": {"analytic": "zero_planner.models.analytic"},
         "attn_implementation": family.attn_implementation,
         "num_params": num_embedding_params + sum(n for _, n in m.post) + layers * num_layer_params,
@@ -305,6 +305,27 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
             "largest_numel": max(a * b for a, b in m.linears) if layers else 0,
         },
     }
+    if family.layout == "mixtral":
+        table["param_adapters"] = _mixtral_param_adapters(h, c["intermediate_size"], experts, layers)
+    return table
+
+
+def _mixtral_param_adapters(h: int, i: int, e: int, layers: int) -> dict[str, Any]:
+    """count.py _param_adapters for Mixtral, without importing peft: peft 0.21 ("all-linear", which it maps onto
+    transformers 5's fused experts) wraps the router [e, h], the gate_up stack [e, 2i, h] at twice the rank (gate and
+    up fused) and the down stack [e, h, i]; A [r * experts, in] and B [out, r * experts] each. The installed peft's
+    version is recorded as count.py records it; tests/test_analytic.py checks the two agree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        peft_version = version("peft")
+    except PackageNotFoundError:
+        return {"peft": None}
+    in_out = 2 * e * (h + 2 * i) + e * (i + h) + (h + e)
+    layer = e * 2 * i * h + e * h * i + e * h
+    return {"peft": peft_version, "count": 3 * layers, "in_out_sum": layers * in_out, "numel": layers * layer,
+            "layer_numel": layer, "largest_numel": e * 2 * i * h,
+            "names": ["mlp.experts.down_proj", "mlp.experts.gate_up_proj", "mlp.gate.weight"]}  # fmt: skip
 
 
 def parameter_order(config: dict[str, Any]) -> list[int] | None:

@@ -40,9 +40,11 @@ def param_table(config: dict[str, Any], name: str | None = None) -> dict[str, An
 
 def with_activations(table: dict[str, Any], activations: Any) -> dict[str, Any]:
     """Returns `table` with its "activations" entry set, in param_table's key order (catalog files stay stable)."""
-    out = {k: v for k, v in table.items() if k not in ("activations", "linear")}
+    out = {k: v for k, v in table.items() if k not in ("activations", "linear", "param_adapters")}
     out["activations"] = activations
     out["linear"] = table["linear"]
+    if "param_adapters" in table:
+        out["param_adapters"] = table["param_adapters"]
     return out
 
 
@@ -94,7 +96,7 @@ def _count_params(config: dict[str, Any], name: str | None) -> dict[str, Any]:
 
     sizes = Counter(p.numel() for p in params.values())
     linears = _adapter_targets(model, embed_out)
-    return {
+    table = {
         "built_with": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
         "attn_implementation": attn,
         "num_params": num_params,
@@ -118,6 +120,55 @@ def _count_params(config: dict[str, Any], name: str | None) -> dict[str, Any]:
             "largest_numel": max((i * o for i, o in linears), default=0),  # one dequantised at a time
         },
     }
+    stacks = _param_adapters(model, layers_name)  # last: it wraps the model in peft adapters
+    if stacks is not None:
+        table["param_adapters"] = stacks
+    return table
+
+
+def _param_adapters(model, layers_name: str) -> dict[str, Any] | None:
+    """Returns what peft's "all-linear" adapts beyond nn.Linear, for models with 3-D parameters; None for others.
+
+    transformers 5 stores mixture-of-experts weights as fused [experts, ., .] parameters; for the model types peft
+    converts from transformers 4 (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3, ...) "all-linear" puts lora.ParamWrapper
+    adapters on those stacks, and on the router, at ranks it may multiply (a fused gate_up gets 2r). Which ones is
+    peft's decision, so peft is asked: the meta-device model is wrapped at r=1. Keys: peft (its version, None
+    when peft is not installed and nothing is known), count (wrapped parameters), in_out_sum (trainable elements
+    at r=1: rank r has r times as many), numel (elements of the wrapped parameters), layer_numel (the most of one
+    decoder layer), largest_numel, names (the wrapped parameters' paths inside a layer).
+    """
+    if not any(p.dim() == 3 for p in model.parameters()):
+        return None
+    try:
+        import peft
+        from peft import LoraConfig, get_peft_model
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:
+        return {"peft": None}
+    wrapped = get_peft_model(model, LoraConfig(r=1, lora_alpha=1, lora_dropout=0.0, target_modules="all-linear"))
+    prefix = re.compile(rf"(^|\.){re.escape(layers_name)}\.(\d+)\.")
+    per_layer: Counter = Counter()
+    names: set[str] = set()
+    count = in_out = numel = largest = 0
+    for name, module in wrapped.named_modules():
+        if not isinstance(module, ParamWrapper):
+            continue
+        n = module.get_param().numel()
+        count += 1
+        in_out += module.lora_A["default"].weight.numel() + module.lora_B["default"].weight.numel()
+        numel += n
+        largest = max(largest, n)
+        owner = name.replace(".base_layer", "")
+        found = prefix.search(owner)
+        if found:
+            per_layer[found.group(2)] += n
+            names.add(f"{owner[found.end():]}.{module.parameter_name}")
+        else:
+            names.add(f"{owner.removeprefix('base_model.model.')}.{module.parameter_name}")
+    if not count:
+        return None
+    return {"peft": peft.__version__, "count": count, "in_out_sum": in_out, "numel": numel,
+            "layer_numel": max(per_layer.values(), default=largest), "largest_numel": largest, "names": sorted(names)}  # fmt: skip
 
 
 def _adapter_targets(model, output_embeddings) -> list[tuple[int, int]]:

@@ -80,6 +80,10 @@ class ModelSpec:
     the catalog each entry is traced when first read (models/trace_cache.py)."""
     linear: dict[str, int] | None = field(default=None, compare=False, repr=False)
     """Linear layers peft's "all-linear" adapts: count, in_out_sum, in_sum, numel, largest_numel."""
+    param_adapters: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """What "all-linear" adapts beyond nn.Linear (mixture-of-experts stacks, through peft's lora.ParamWrapper;
+    models/count.py _param_adapters): peft, count, in_out_sum, numel, layer_numel, largest_numel, names. None
+    where nothing is (dense models)."""
     parameter_order: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
     """Every parameter tensor's numel in named_parameters' order, counted on the meta device, for the families
     models/analytic.py does not cover (where it does: analytic.parameter_order); None where not counted."""
@@ -246,6 +250,7 @@ def _spec(name: str, hub_id: str | None, config: dict, table: dict, source: Sour
         attn_implementation=table.get("attn_implementation"),
         activations=table.get("activations"),
         linear=table.get("linear"),
+        param_adapters=table.get("param_adapters"),
         parameter_order=tuple(table["parameter_order"]) if table.get("parameter_order") else None,
     )
 

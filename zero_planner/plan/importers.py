@@ -420,6 +420,12 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
     if imported.seq_len > spec.max_position_embeddings:
         raise InputError(f"{_where(imported.tool, imported.path, SEQ_LEN_KEYS[imported.tool])} {imported.seq_len} is "
                          f"above {spec.name}'s maximum of {spec.max_position_embeddings} tokens")  # fmt: skip
+    lora = imported.lora
+    if lora is not None:
+        from zero_planner.plan.options import lora_for_model
+
+        given = f"{_where(imported.tool, imported.path, 'lora_dropout')} {lora.dropout:g}" if lora.dropout else None
+        lora = lora_for_model(spec, lora, imported.method, dropout_given=given)
     ds = filled_ds_config(imported, cluster)
     est = estimate_config(
         spec,
@@ -432,7 +438,7 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         task="causal-lm",
         model_name=model_name,
         plan_path=plan_path,
-        lora=imported.lora,
+        lora=lora,
         pretrained=pretrained,
         keeps_outputs=keeps_outputs,
         data_bytes=data_bytes,

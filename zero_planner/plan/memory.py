@@ -89,6 +89,8 @@ class Workload:
     lora_r: int = 16
     """LoRA / QLoRA adapter rank (peft's "all-linear" targets)."""
     lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] | None = None
+    """--lora-targets as module names; None: "all-linear"."""
     num_labels: int = 2
     """seq-cls: classes of the classification head that replaces the LM head."""
     expandable_segments: bool = True
@@ -288,6 +290,19 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
     saved = tokens * (spec.num_layers * kept_per_layer + rest)
     if not workload.gradient_checkpointing:
         saved += tokens * masked * mask_per_token
+    stacks = param_adapters(spec, workload)
+    # LoRA on expert stacks (peft's lora.ParamWrapper): each forward of an experts module folds the adapters into a
+    # new weight, W + s * lhs @ rhs (one baddbmm per stack, in the weights' dtype), that the grouped matmul keeps for
+    # its weight gradient: every stack's elements once more, per layer alive; its backward makes the gradient of
+    # the largest. Measured (H100, benchmarks/moe_lora_probe.py, results/moe-lora-probe-h100-2026-12-05: Qwen3-MoE
+    # and OLMoE at full width, 2-4 layers, torch 2.11, transformers 5.24, peft 0.21.2): without checkpointing the
+    # forward kept the stacks' bytes plus what the tokens keep, to 0.1%; with it the recomputed layer's fold and
+    # the largest gradient came on top of the checkpoints.
+    folded = width * stacks["numel"] if stacks else 0
+    fold_layer = width * stacks["layer_numel"] if stacks else 0
+    fold_grad = width * stacks["largest_numel"] if stacks else 0
+    if not workload.gradient_checkpointing:
+        saved += folded
     if adapters and lora is None and workload.lora_dropout > 0 and not workload.gradient_checkpointing:
         # No traced adapter table (closed-form models): peft runs each target's input through its own
         # dropout and lora_A keeps the result and the 1-byte mask: per token, (width + 1) * the sum of the
@@ -304,6 +319,13 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         # the last layer's attention backward, after the loss's: its gradients and the fp32 log-softmax it kept (4
         # bytes per logit, inside `saved`) are freed by then, as before a checkpointed layer's recompute below
         backward_extra = max(backward_extra, tokens * scores - 4 * logits)
+    if stacks and not workload.gradient_checkpointing:
+        # the last layer's backward: the gradient of its largest folded stack
+        backward_extra = max(backward_extra, fold_grad - 4 * logits)
+    if stacks and workload.gradient_checkpointing:
+        # a checkpointed layer's first forward folds its stacks (alive together while the experts run), before the
+        # loss exists: measured within 4% of the activations, 1% of the step (OLMoE, 4 layers, 1 x 1,024)
+        forward_extra = max(forward_extra, fold_layer + tokens * layer - 4 * logits)
     if workload.gradient_checkpointing:
         # The recomputed layer's saved activations, plus the MLP backward's intermediate-sized gradients that
         # are alive together: of down_proj's input, of act(gate) and of up (two without a gate). Measured
@@ -314,7 +336,8 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         # (4 bytes per logit, inside `saved`) is freed before the first layer is recomputed. Measured: Mistral-7B
         # shape (8 layers, 32k vocabulary) at 8 x 4096 tokens peaked in the loss backward, 1.1 GiB below a
         # recompute term that still counted it (H200, 24 GiB slice).
-        backward_extra = max(backward_extra, tokens * (layer + mask_per_token + grads + scores) - 4 * logits)
+        backward_extra = max(backward_extra, tokens * (layer + mask_per_token + grads + scores) + fold_layer + fold_grad
+                             - 4 * logits)  # fmt: skip
     saved = math.ceil(saved)
     return Activations(saved, saved + forward_extra, saved + math.ceil(backward_extra))
 
@@ -420,6 +443,24 @@ def _linear(spec: ModelSpec) -> dict[str, int]:
     }
 
 
+# Names a --lora-targets list adapts a mixture-of-experts stack by: the fused parameters' own, and the transformers 4
+# per-expert module names peft maps onto them (peft/utils/transformers_weight_conversion.py), the router's included.
+EXPERT_TARGET_NAMES = frozenset({"gate_up_proj", "down_proj", "gate_proj", "up_proj", "w1", "w2", "w3", "gate", "experts"})
+
+
+def param_adapters(spec: ModelSpec, workload: "Workload") -> dict[str, Any] | None:
+    """Returns the expert stacks LoRA adapts through peft's lora.ParamWrapper (spec.param_adapters), or None.
+
+    "all-linear" adapts them where peft says so (models/count.py asks it); a list of module names where one of them
+    names an expert stack or its transformers 4 per-expert modules (EXPERT_TARGET_NAMES), which peft maps onto it."""
+    stacks = spec.param_adapters
+    if workload.method not in ("lora", "qlora") or not stacks or not stacks.get("count"):
+        return None
+    if workload.lora_targets is None:
+        return stacks
+    return stacks if any(t.rsplit(".", 1)[-1] in EXPERT_TARGET_NAMES for t in workload.lora_targets) else None
+
+
 def adapted_linears(spec: ModelSpec) -> int:
     """Returns the linear layers LoRA's "all-linear" adapts (each gets an A and a B matrix)."""
     return int(_linear(spec)["count"])
@@ -438,6 +479,11 @@ def trainable_params(spec: ModelSpec, workload: Workload) -> int:
     if workload.method not in ("lora", "qlora"):
         return task_params(spec, workload)
     adapters = workload.lora_r * _linear(spec)["in_out_sum"]
+    stacks = param_adapters(spec, workload)
+    if stacks:
+        # lora.ParamWrapper: an A [r * experts, in] and a B [out, r * experts] per stack, at the rank peft gives it
+        # (2r for a fused gate_up): in_out_sum is their elements at r = 1
+        adapters += workload.lora_r * stacks["in_out_sum"]
     head = spec.hidden_size * workload.num_labels if workload.task == "seq-cls" else 0
     return adapters + head
 

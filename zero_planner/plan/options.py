@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from zero_planner.errors import InputError
 from zero_planner.hardware import Cluster
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes, why_not
-from zero_planner.plan.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory
+from zero_planner.plan.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory, param_adapters
 from zero_planner.plan.throughput import Calibration, StepTime, estimate_step_time
 from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import Strategy
@@ -115,6 +116,7 @@ class Evaluator:
             gradient_accumulation_steps=accum,
             lora_r=self.lora.r,
             lora_dropout=self.lora.dropout,
+            lora_targets=None if self.lora.target_modules == "all-linear" else tuple(self.lora.target_modules),
             num_labels=self.num_labels,
             pretrained=self.pretrained,
             keeps_outputs=self.keeps_outputs,
@@ -158,6 +160,31 @@ class Evaluator:
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
         return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),
                                   self.calibration, self.buffers)
+
+
+def lora_for_model(spec: ModelSpec, lora: LoraInfo, method: str, *, dropout_given: str | None) -> LoraInfo:
+    """Returns `lora` as peft can run it on this model: dropout 0 where its adapters include lora.ParamWrapper
+    (mixture-of-experts stacks, memory.param_adapters), which refuses any other. Raises InputError where a dropout
+    was given (`dropout_given` names where: "--lora-dropout 0.05", "axolotl.yml lora_dropout 0.05") or where peft,
+    which decides what "all-linear" adapts on such a model, is not installed."""
+    if method not in ("lora", "qlora") or not spec.param_adapters:
+        return lora
+    targets = None if lora.target_modules == "all-linear" else tuple(lora.target_modules)
+    stacks = param_adapters(spec, Workload(1, 1, False, "bf16", method=method, lora_targets=targets))
+    if stacks is None:
+        return lora
+    if stacks.get("peft") is None:
+        raise InputError(
+            f"--method {method} on {spec.name}: which of its expert weights LoRA adapts is peft's decision, and peft "
+            f"is not installed (pip install peft)")  # fmt: skip
+    if lora.dropout == 0:
+        return lora
+    if dropout_given:
+        raise InputError(
+            f"{dropout_given}: peft's lora.ParamWrapper, which puts LoRA on {spec.name}'s expert weights "
+            f"({', '.join(stacks['names'])}), refuses dropout; use 0, or targets that leave the experts frozen "
+            f"(--lora-targets q_proj,k_proj,v_proj,o_proj)")  # fmt: skip
+    return lora.model_copy(update={"dropout": 0.0})
 
 
 def known_failure(method: str, strategy: Strategy) -> str | None:

@@ -27,7 +27,7 @@ from zero_planner.plan.advice import _ckpt_text, advice
 from zero_planner.plan.assemble import build_plan
 from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision, resolve_strategies
 from zero_planner.plan.fit import _gib
-from zero_planner.plan.memory import sdpa_math_kernel
+from zero_planner.plan.memory import adapted_linears, param_adapters, sdpa_math_kernel, trainable_params
 from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
 from zero_planner.plan.throughput import Calibration
 from zero_planner.planfile import LoraInfo
@@ -239,6 +239,14 @@ def plan(
                f"heads without enable_gqa, which torch's fused kernels refuse")  # fmt: skip
         notes.append(f"attention runs SDPA's math kernel ({why}): every layer keeps its fp32 scores, counted above in "
                      f"memory and tokens/s")  # fmt: skip
+    stacks = param_adapters(spec, ev.workload(False, 1))
+    if stacks:
+        adapters = trainable_params(spec, ev.workload(False, 1))
+        notes.append(
+            f"LoRA adapts {adapted_linears(spec)} linear layers and {stacks['count']} expert weights "
+            f"({', '.join(stacks['names'])}) through peft {stacks['peft']}'s lora.ParamWrapper, as its \"all-linear\" "
+            f"does for {spec.model_type}: {adapters / 1e6:,.1f}M trainable parameters, lora_dropout 0 (ParamWrapper "
+            f"refuses dropout); --lora-targets q_proj,k_proj,v_proj,o_proj leaves the experts frozen")  # fmt: skip
     if chosen is None:
         result = PlanResult(spec, cluster, precision, seq_len, options, None, None, notes)
         runnable = [s for s in strategies if not known_failure(method, s)] or strategies
