@@ -33,3 +33,28 @@ def test_the_constraints_pin_what_the_planner_models():
 def test_pins_reads_name_equals_version_lines_only():
     assert _check_drift().pins("# a comment\ntorch==2.13.0\nFoo_Bar==1.2  # why\nbaz>=3\n\n") == \
         {"torch": "2.13.0", "foo_bar": "1.2"}
+
+
+def test_the_planner_models_the_pinned_versions():
+    from zero_planner.versions import MODELLED
+
+    pinned = _check_drift().pins((ROOT / "constraints.txt").read_text())
+    assert MODELLED == {name: pinned[name] for name in MODELLED}
+
+
+def test_a_plan_notes_libraries_at_other_releases(capsys):
+    from zero_planner.cli import main
+    from zero_planner.versions import drift, drift_note, installed
+
+    assert drift({"transformers": "5.24.1", "deepspeed": "0.19.8", "peft": None}) == {}  # same release, or absent
+    assert drift({"transformers": "5.25.0"}) == {"transformers": ("5.25.0", "5.24.0")}
+    note = drift_note({"transformers": "5.25.0", "deepspeed": "0.20.0rc1"})
+    assert note.startswith("installed transformers 5.25.0 (modelled with 5.24.0), deepspeed 0.20.0rc1 (modelled with")
+    # what the installed ones give, in a real plan: the note where they differ, none where they do not
+    assert main(["--model", "gpt2", "--gpus", "1xT4", "--json"]) == 0
+    import json
+
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    expected = drift_note()
+    assert (expected in notes) if expected else not any("modelled with" in n for n in notes)
+    assert installed("transformers") is not None

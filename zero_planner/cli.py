@@ -30,6 +30,7 @@ from zero_planner.run.training_args import (
     parsed_number,
     positive_int,
 )
+from zero_planner.versions import drift_note
 
 PROG = "zero-plan"
 DEFAULT_SEQ_LEN = 2048
@@ -310,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
                          "--from-axolotl/--from-llamafactory (zero-run's loop keeps only the loss)")  # fmt: skip
     pretrained = loads_weights(spec, args.init)
     notes = [host_note] if host_note else []
+    notes += [note for note in (drift_note(),) if note]
     seq_len = args.seq_len
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
@@ -440,7 +442,7 @@ def run_compare(args: argparse.Namespace) -> int:
     prices = compare.parse_prices(args.price) if args.price is not None else {}
     tokens = args.tokens or COMPARE_TOKENS
     spec = load_model_spec(args.model)
-    notes = []
+    notes = [note for note in (drift_note(),) if note]
     seq_len = args.seq_len
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)

@@ -110,8 +110,18 @@ def _saved_bytes(config_dict: dict[str, Any], layers: int, seq: int, dtype: str,
         from peft import LoraConfig, get_peft_model
 
         r, p_drop = lora
-        config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=p_drop, target_modules="all-linear")
+        targets: str | list[str] = "all-linear"
+        if any(p.dim() == 3 for p in model.parameters()):
+            # Mixture-of-experts stacks (3-D): traced frozen, with the nn.Linear targets named (a list peft does not
+            # extend to the stacks); what adapting them adds is memory.py's (its folded weights are per layer, not
+            # per token, and peft's fold cannot run on the meta device).
+            head = model.get_output_embeddings()
+            targets = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                              if isinstance(m, torch.nn.Linear) and m is not head})  # fmt: skip
+        config = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=p_drop, target_modules=targets)
         model = get_peft_model(model, config, autocast_adapter_dtype=False)
+        if any(type(m).__name__ == "ParamWrapper" for m in model.modules()):
+            raise RuntimeError("peft adapted 3-D parameters in the trace")
     model.train()
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     seen: dict[int, int] = {}

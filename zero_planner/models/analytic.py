@@ -324,7 +324,7 @@ def _mixtral_param_adapters(h: int, i: int, e: int, layers: int) -> dict[str, An
     in_out = 2 * e * (h + 2 * i) + e * (i + h) + (h + e)
     layer = e * 2 * i * h + e * h * i + e * h
     return {"peft": peft_version, "count": 3 * layers, "in_out_sum": layers * in_out, "numel": layers * layer,
-            "layer_numel": layer, "largest_numel": e * 2 * i * h,
+            "layer_numel": layer, "largest_numel": e * 2 * i * h, "layer_in_routed": h + i, "layer_in_dense": h,
             "names": ["mlp.experts.down_proj", "mlp.experts.gate_up_proj", "mlp.gate.weight"]}  # fmt: skip
 
 

@@ -135,7 +135,9 @@ def _param_adapters(model, layers_name: str) -> dict[str, Any] | None:
     peft's decision, so peft is asked: the meta-device model is wrapped at r=1. Keys: peft (its version, None
     when peft is not installed and nothing is known), count (wrapped parameters), in_out_sum (trainable elements
     at r=1: rank r has r times as many), numel (elements of the wrapped parameters), layer_numel (the most of one
-    decoder layer), largest_numel, names (the wrapped parameters' paths inside a layer).
+    decoder layer), largest_numel, layer_in_routed and layer_in_dense (one layer's input widths of the expert
+    stacks, which each token meets in its top-k experts, and of the 2-D ones such as the router, met once), names
+    (the wrapped parameters' paths inside a layer).
     """
     if not any(p.dim() == 3 for p in model.parameters()):
         return None
@@ -148,6 +150,7 @@ def _param_adapters(model, layers_name: str) -> dict[str, Any] | None:
     wrapped = get_peft_model(model, LoraConfig(r=1, lora_alpha=1, lora_dropout=0.0, target_modules="all-linear"))
     prefix = re.compile(rf"(^|\.){re.escape(layers_name)}\.(\d+)\.")
     per_layer: Counter = Counter()
+    inputs: dict[str, Counter] = {"routed": Counter(), "dense": Counter()}
     names: set[str] = set()
     count = in_out = numel = largest = 0
     for name, module in wrapped.named_modules():
@@ -155,6 +158,7 @@ def _param_adapters(model, layers_name: str) -> dict[str, Any] | None:
             continue
         n = module.get_param().numel()
         count += 1
+        kind = "routed" if module.num_experts > 1 else "dense"
         in_out += module.lora_A["default"].weight.numel() + module.lora_B["default"].weight.numel()
         numel += n
         largest = max(largest, n)
@@ -162,13 +166,16 @@ def _param_adapters(model, layers_name: str) -> dict[str, Any] | None:
         found = prefix.search(owner)
         if found:
             per_layer[found.group(2)] += n
+            inputs[kind][found.group(2)] += module.in_features
             names.add(f"{owner[found.end():]}.{module.parameter_name}")
         else:
             names.add(f"{owner.removeprefix('base_model.model.')}.{module.parameter_name}")
     if not count:
         return None
     return {"peft": peft.__version__, "count": count, "in_out_sum": in_out, "numel": numel,
-            "layer_numel": max(per_layer.values(), default=largest), "largest_numel": largest, "names": sorted(names)}  # fmt: skip
+            "layer_numel": max(per_layer.values(), default=largest), "largest_numel": largest,
+            "layer_in_routed": max(inputs["routed"].values(), default=0),
+            "layer_in_dense": max(inputs["dense"].values(), default=0), "names": sorted(names)}  # fmt: skip
 
 
 def _adapter_targets(model, output_embeddings) -> list[tuple[int, int]]:

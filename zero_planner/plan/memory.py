@@ -269,6 +269,13 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         if zero3_linear:
             layer += lora.get("zero3_layer_extra_dropout" if dropout else "zero3_layer_extra", 0)
         rest = lora["rest"] + (lora["rest_dropout"] if dropout else 0)
+        stacks = param_adapters(spec, workload)
+        if stacks:
+            # The table is traced with the expert stacks frozen; adapted, each keeps its input for the gradient of
+            # its folded weight: the stacks' inputs in every one of the top-k experts, the router's once (measured
+            # 49,152 B per token and layer on Qwen3-MoE, H100, results/moe-lora-probe-h100-2026-12-05: exactly this)
+            routed = max(1, spec.num_experts_per_tok) * stacks.get("layer_in_routed", 0)
+            layer += width * (routed + stacks.get("layer_in_dense", 0))
     # A sliding window the sequence reaches (seq_len >= window) makes transformers pass SDPA a boolean mask; PyTorch turns
     # it into a bias in the query's dtype, per call, and the memory-efficient kernel (flash takes no mask) keeps
     # it for backward: width * seq bytes per token in every masked layer (benchmarks/saved_census.py on H100:
