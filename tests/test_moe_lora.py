@@ -135,3 +135,15 @@ def test_the_default_lora_plan_trains_under_zero_run(tmp_path, capsys):
     assert zero_run([str(plan), "--output-dir", str(out)]) == 0
     report = json.loads((out / "run_report.json").read_text())
     assert report["status"] == "ok" and len(report["losses"]) == 4
+
+
+def test_the_merged_export_holds_the_largest_stack_twice(spec):
+    from zero_planner.plan.memory import _linear, export_peak
+    from zero_planner.strategies import STRATEGIES
+
+    # peft's ParamWrapper.get_delta_weight keeps the einsum's product while it scales it: two stacks at once
+    stage0 = STRATEGIES["0"]
+    adapted = export_peak(spec, stage0, lora(), resident=0, ws=0)
+    assert adapted == 2 * 2 * max(spec.param_adapters["largest_numel"], _linear(spec)["largest_numel"])
+    assert export_peak(spec, stage0, lora(lora_targets=ATTENTION), resident=0, ws=0) == 2 * 2 * _linear(spec)["largest_numel"]
+    assert adapted > 2 * 2 * _linear(spec)["largest_numel"]
