@@ -260,6 +260,7 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
     rest = coef["rest"]
     adapters = workload.method in ("lora", "qlora")
     lora = table.get("lora", {}).get("fp32" if width == 4 else "16bit") if adapters else None
+    stacks = param_adapters(spec, workload)
     if lora is not None:
         # Traced with peft adapters on a frozen base (SDPA); eager attention adds its score terms on top.
         dropout = workload.lora_dropout > 0
@@ -269,13 +270,12 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
         if zero3_linear:
             layer += lora.get("zero3_layer_extra_dropout" if dropout else "zero3_layer_extra", 0)
         rest = lora["rest"] + (lora["rest_dropout"] if dropout else 0)
-        stacks = param_adapters(spec, workload)
         if stacks:
             # The table is traced with the expert stacks frozen; adapted, each keeps its input for the gradient of
             # its folded weight: the stacks' inputs in every one of the top-k experts, the router's once (measured
             # 49,152 B per token and layer on Qwen3-MoE, H100, results/moe-lora-probe-h100-2026-12-05: exactly this)
-            routed = max(1, spec.num_experts_per_tok) * stacks.get("layer_in_routed", 0)
-            layer += width * (routed + stacks.get("layer_in_dense", 0))
+            routed = max(1, spec.num_experts_per_tok) * stacks["layer_in_routed"]
+            layer += width * (routed + stacks["layer_in_dense"])
     # A sliding window the sequence reaches (seq_len >= window) makes transformers pass SDPA a boolean mask; PyTorch turns
     # it into a bias in the query's dtype, per call, and the memory-efficient kernel (flash takes no mask) keeps
     # it for backward: width * seq bytes per token in every masked layer (benchmarks/saved_census.py on H100:
@@ -297,7 +297,6 @@ def activation_bytes(spec: ModelSpec, workload: Workload, zero3_linear: bool = F
     saved = tokens * (spec.num_layers * kept_per_layer + rest)
     if not workload.gradient_checkpointing:
         saved += tokens * masked * mask_per_token
-    stacks = param_adapters(spec, workload)
     # LoRA on expert stacks (peft's lora.ParamWrapper): each forward of an experts module folds the adapters into a
     # new weight, W + s * lhs @ rhs (one baddbmm per stack, in the weights' dtype), that the grouped matmul keeps for
     # its weight gradient: every stack's elements once more, per layer alive; its backward makes the gradient of
