@@ -141,7 +141,7 @@ def main() -> None:
         census.start()
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
         state = engine._zero3_consolidated_16bit_state_dict() if stage == 3 else engine.module.state_dict()
-        _write_hf_folder(engine.module, state, work / "final", ByteTokenizer(vocab))
+        _write_hf_folder(engine.module, state, work / "final", ByteTokenizer(vocab), step=0)
         census.stop("export")
     Path(args.out).write_text(json.dumps({"case": case.get("name"), "phases": census.results}, indent=1))
     from zero_planner.run.train import release_shm_buffer

@@ -10,6 +10,7 @@ import torch
 from conftest import LLAMA_TINY
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from zero_planner.run import checkpoint as ckpt
 from zero_planner.run import train
 from zero_planner.run.tokenizer import ByteTokenizer
 
@@ -24,7 +25,11 @@ def tiny_model():
 def test_export_loads_back_to_the_same_weights(tmp_path, monkeypatch, shard_bytes, files):
     monkeypatch.setattr(train, "EXPORT_SHARD_BYTES", shard_bytes)
     model = tiny_model()
-    train._write_hf_folder(model, model.state_dict(), tmp_path, ByteTokenizer(LLAMA_TINY["vocab_size"]))
+    root, tmp_path = tmp_path, tmp_path / "final"
+    train._write_hf_folder(model, model.state_dict(), tmp_path, ByteTokenizer(LLAMA_TINY["vocab_size"]), step=7)
+    # Written beside its place and renamed in: nothing else is left next to it, and it is marked complete.
+    assert sorted(p.name for p in root.iterdir()) == ["final"]
+    assert ckpt.export_problem(tmp_path) is None and json.loads((tmp_path / ckpt.EXPORT_MARKER).read_text())["step"] == 7
     written = sorted(p.name for p in tmp_path.glob("*.safetensors"))
     if files == 1:
         assert written == ["model.safetensors"] and not (tmp_path / "model.safetensors.index.json").exists()

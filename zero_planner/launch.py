@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from zero_planner.plan import saves
 from zero_planner.plan.command import CONFIG_FLAGS, DEFAULT_MASTER_PORT, build_launch, ds_config_path
 from zero_planner.planfile import load_plan
 from zero_planner.run import checkpoint as ckpt
-from zero_planner.run import launcher, preflight, probe, slurm
+from zero_planner.run import faults, launcher, lock, preflight, probe, slurm
 from zero_planner.run.training_args import add_training_arguments, apply_training_args, given, positive_int
 
 EXIT_BAD_INPUT = 2
@@ -103,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-steps", type=int, help="overrides training.max_steps")
     parser.add_argument("--output-dir", help="overrides training.output_dir")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest complete checkpoint (an "
+                        "error when there is none)")  # fmt: skip
+    parser.add_argument("--resume-if-any", action="store_true", help="continue from the latest complete checkpoint "
+                        "if there is one, else start from step 0 (a job that may be requeued)")  # fmt: skip
     parser.add_argument("--probe", metavar="K", help="first run the plan's K best candidates a few steps each, write "
                         "PLAN.probed.json, and train with the fastest measured")  # fmt: skip
     parser.add_argument("--probe-only", action="store_true", help="stop after the probe (K defaults to 3)")
@@ -148,6 +153,11 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
             raise InputError(f"{', '.join(ignored)} configure zero-run's own trainer; your --script takes its own flags")
         overrides = []  # --lr and --report-to are in the DeepSpeed JSON written for the script
     output_dir = args.output_dir or plan.training.output_dir
+    if args.resume_if_any:
+        if args.resume:
+            raise InputError("--resume and --resume-if-any: give one (--resume-if-any also starts a run with nothing "
+                             "to resume)")  # fmt: skip
+        args.resume = args.script is None and resume_step(output_dir) > 0
     hosts = parse_hostfile(_read(args.hostfile, "hostfile")) if args.hostfile else None
     if args.script is not None and not Path(args.script).is_file():
         raise InputError(f"--script {args.script!r} does not exist")
@@ -182,12 +192,15 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         print(json.dumps(plan.deepspeed_config, indent=2))
         return 0
 
+    check_deepspeed_config(plan, args.plan)  # DeepSpeed's own parser, as each rank's deepspeed.initialize would
     if args.script is None and (plan.hardware.nodes == 1 or per_node) and preflight._hub_offline():
         preflight.check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = preflight.probe_machine(plan, output_dir)
-    start_step = resume_step(output_dir) if args.resume and args.script is None else 0
+    resuming = args.resume and args.script is None
+    existing = ckpt.usable_checkpoints(Path(output_dir) / ckpt.CHECKPOINTS_DIR) if resuming else []
+    start_step = existing[0][0] if existing else 0
     problems = preflight.preflight(plan, machine, output_dir=output_dir, start_step=start_step, resume=args.resume,
-                                   own_loop=args.script is None)  # fmt: skip
+                                   own_loop=args.script is None, existing_checkpoints=len(existing))  # fmt: skip
     note = preflight.fix_launch_env(plan, env, machine)
     if note:
         print(f"zero-run: note: {note}", file=sys.stderr)
@@ -201,15 +214,58 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         for line in problems:
             print(f"zero-run: refusing to launch: {where}{line}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    for stale in Path(output_dir).glob("oom_rank*.json"):
-        stale.unlink()
-    if args.script is not None:
-        Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
-    print(f"zero-run: {shown}", flush=True)
-    rc, signals = launcher.spawn(argv, env, multi_node=bool(args.hostfile), node_launcher=per_node)
-    return _explain_exit(rc, signals, output_dir, args, save=plan.training.save if args.script is None else "steps",
-                         adapters=plan.training.method != "full")  # fmt: skip
+    command = ["zero-run", args.plan, *(["--output-dir", args.output_dir] if args.output_dir else [])]
+    try:
+        held = lock.acquire(output_dir, command=command, node_rank=args.node_rank,
+                            say=lambda line: print(f"zero-run: note: {line}", file=sys.stderr))  # fmt: skip
+    except OSError as error:
+        raise InputError(f"cannot write under --output-dir {output_dir!r}: {error.strerror}") from None
+    try:
+        for stale in [*Path(output_dir).glob("oom_rank*.json"), *Path(output_dir).glob(f"{faults.FAULT_PREFIX}*.json")]:
+            stale.unlink()
+        if args.script is not None:
+            Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
+        print(f"zero-run: {shown}", flush=True)
+        fault_dir = tempfile.mkdtemp(prefix="zero-run-faults-")
+        rc, signals = launcher.spawn(argv, {**env, faults.FAULT_DIR_ENV: fault_dir}, multi_node=bool(args.hostfile),
+                                     node_launcher=per_node, heartbeat=held.refresh,
+                                     heartbeat_s=lock.REFRESH_S)  # fmt: skip
+        return _explain_exit(rc, signals, output_dir, args, save=plan.training.save if args.script is None else "steps",
+                             adapters=plan.training.method != "full", overrides=overrides,
+                             fault_dir=fault_dir)  # fmt: skip
+    finally:
+        held.release()
+        if "fault_dir" in locals():
+            shutil.rmtree(fault_dir, ignore_errors=True)
+
+
+def check_deepspeed_config(plan, path: str) -> None:
+    """Raises InputError when DeepSpeed's own config parser refuses the plan's deepspeed_config (a stage 7, a
+    micro-batch of -1): found here, before any rank starts, not as a traceback in each. Imports deepspeed (the
+    launch needs it anyway; --dry-run does not call this). Without deepspeed installed the launch itself fails."""
+    import importlib.util
+
+    from zero_planner.plan.dsconfig import validate_ds_config
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return
+    try:
+        validate_ds_config(plan.deepspeed_config)
+    except ValueError as error:
+        text = " ".join(str(error).split())
+        raise InputError(f"plan file {path!r}: deepspeed_config is invalid: {text[:400]}") from None
+
+
+def continue_command(args: argparse.Namespace, overrides: Sequence[str] = ()) -> str:
+    """Returns the zero-run command that continues this run: the same plan, output folder, length, launch
+    options and training overrides, with --resume."""
+    argv = ["zero-run", args.plan, "--resume"]
+    for flag, value in (("--output-dir", args.output_dir), ("--max-steps", args.max_steps),
+                        ("--hostfile", args.hostfile), ("--master-addr", args.master_addr),
+                        ("--node-rank", getattr(args, "node_rank", None))):  # fmt: skip
+        if value is not None:
+            argv += [flag, str(value)]
+    return shlex.join([*argv, *overrides])
 
 
 def probe_then_run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
@@ -277,7 +333,10 @@ def check_modes(args: argparse.Namespace) -> None:
 
 
 def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespace, *, save: str = "steps",
-                  adapters: bool = False) -> int:  # fmt: skip
+                  adapters: bool = False, overrides: Sequence[str] = (), fault_dir: str | None = None) -> int:  # fmt: skip
+    """Returns zero-run's exit status for the launcher's, and prints the one line that says what happened and how
+    to go on: an OOM's record, an interruption, a fault a rank recorded (disk full, a read-only folder, a lost
+    peer), or a rank that died without a word (killed)."""
     if rc == 0 and not signals:
         return 0
     ooms = sorted(Path(output_dir).glob("oom_rank*.json"))
@@ -285,15 +344,26 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
         message = json.loads(ooms[0].read_text()).get("message", "out of memory")
         print(f"zero-run: {message}", file=sys.stderr)
         return rc or 1
+    every = " on every node" if getattr(args, "node_rank", None) is not None else ""
+    resume = continue_command(args, overrides) + every
     if signals:
-        every = " on every node" if getattr(args, "node_rank", None) is not None else ""
-        resume = f"zero-run {shlex.quote(args.plan)} --resume{every}"
         print(f"zero-run: interrupted; {saves.after_interruption(save, output_dir, adapters=adapters, resume=resume)}",
               file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
     if rc == EXIT_BAD_INPUT:
         return rc  # a rank found bad input (a hub dataset, a tokenizer) and said so in one line already
-    print(f"zero-run: the launcher exited with status {rc}", file=sys.stderr)
+    if args.script is not None:
+        print(f"zero-run: your script exited with status {rc} (its error is above)", file=sys.stderr)
+        return rc if rc > 0 else 1
+    fault = faults.read_fault(Path(output_dir), *([Path(fault_dir)] if fault_dir else []))
+    kept = faults.kept_text(Path(output_dir), save=save, adapters=adapters)
+    go_on = f"continue with: {resume}" if save == "steps" else f"run again: {continue_command(args, overrides)}".replace(
+        " --resume", "")  # fmt: skip
+    if fault is not None:
+        print(f"zero-run: {fault['message']}; {kept}; {go_on}", file=sys.stderr)
+        return rc if rc > 0 else 1
+    print(f"zero-run: a rank stopped without a word (killed? out of host memory? launcher status {rc}; any error is "
+          f"above); {kept}; {go_on}", file=sys.stderr)  # fmt: skip
     return rc if rc > 0 else 1
 
 

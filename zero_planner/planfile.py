@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
-from zero_planner.errors import InputError
+from zero_planner.errors import InputError, closest
 
 SCHEMA_VERSION = 1
 CPU_DEVICE = "cpu"
@@ -94,9 +94,9 @@ class LoraInfo(_Model):
 
 
 class TrainingInfo(_Model):
-    micro_batch_size: int
-    gradient_accumulation_steps: int = 1
-    seq_len: int
+    micro_batch_size: int = Field(ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    seq_len: int = Field(ge=1)
     gradient_checkpointing: bool
     precision: Precision
     method: Method = "full"
@@ -106,7 +106,7 @@ class TrainingInfo(_Model):
     """seq-cls only: classes of the classification head."""
     lora: LoraInfo | None = None
     """Set for method lora / qlora."""
-    max_steps: int = 50
+    max_steps: int = Field(50, ge=0)
     """Optimizer steps; 0 with `epochs`: no cap (the epochs decide)."""
     output_dir: str = "runs/zero-run"
     dataset: str = "synthetic"
@@ -316,6 +316,31 @@ class Plan(_OmitsUnsetProbe):
                 candidate.tokens_per_second = None
         return self
 
+    @model_validator(mode="after")
+    def check_deepspeed_agrees(self) -> "Plan":
+        _check_deepspeed_agrees(self)
+        return self
+
+
+def _check_deepspeed_agrees(plan: "Plan") -> None:
+    """Raises ValueError where deepspeed_config and the plan's own fields say different things: the ranks read the
+    micro-batch and accumulation from `training` and hand `deepspeed_config` to DeepSpeed, so an edit to one of them
+    would train another batch than DeepSpeed checks, or another stage than the memory figures are for. Values
+    DeepSpeed leaves to others ("auto" in a Trainer JSON) are not compared."""
+    ds, t = plan.deepspeed_config, plan.training
+    pairs = [
+        ("train_micro_batch_size_per_gpu", ds.get("train_micro_batch_size_per_gpu"),
+         "training.micro_batch_size", t.micro_batch_size),
+        ("gradient_accumulation_steps", ds.get("gradient_accumulation_steps"),
+         "training.gradient_accumulation_steps", t.gradient_accumulation_steps),
+        ("zero_optimization.stage", (ds.get("zero_optimization") or {}).get("stage", 0 if ds else None),
+         "strategy.stage", plan.strategy.stage),
+    ]  # fmt: skip
+    for ds_key, ds_value, key, value in pairs:
+        if isinstance(ds_value, int) and not isinstance(ds_value, bool) and ds_value != value:
+            raise ValueError(f"deepspeed_config.{ds_key} is {ds_value} but {key} is {value}; make them agree "
+                             f"(or plan again)")  # fmt: skip
+
 
 def save_plan(plan: Plan, path: str | Path) -> None:
     """Writes the plan as indented JSON (schema_version first) via a temp file, so a crash leaves no half file."""
@@ -343,9 +368,48 @@ def load_plan(path: str | Path) -> Plan:
         raise InputError(
             f"plan file {str(path)!r} has schema_version {version!r}; this zero-planner reads {SCHEMA_VERSION}"
         )
+    unknown = unknown_keys(Plan, data)
+    if unknown:
+        where, key, known = unknown[0]
+        near = closest(key, known, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(known))})"
+        more = f"; {len(unknown) - 1} more unknown key(s)" if len(unknown) > 1 else ""
+        raise InputError(f"plan file {str(path)!r} has an unknown key {where}{hint}{more}")
     try:
         return Plan.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InputError(f"plan file {str(path)!r} is invalid at {where}: {first['msg']}") from None
+
+
+def unknown_keys(model: type[BaseModel], data: Any, where: str = "") -> list[tuple[str, str, list[str]]]:
+    """Returns (dotted path, key, the keys known there) of every key in `data` that `model` has no field for,
+    depth first. A misspelt key (`lerning_rate`) would otherwise load as an extra and be silently ignored (the
+    models allow extras so that fields written by newer planners still load); free-form dicts (the model's
+    config.json, deepspeed_config, phases) are not looked into: DeepSpeed's own parser checks its section."""
+    if not isinstance(data, dict):
+        return []
+    found = []
+    fields = model.model_fields
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        field = fields.get(key)
+        if field is None:
+            found.append((path, key, list(fields)))
+            continue
+        for sub in _model_types(field.annotation):
+            items = value if isinstance(value, list) else [value]
+            for i, item in enumerate(items):
+                at = f"{path}[{i}]" if isinstance(value, list) else path
+                found += unknown_keys(sub, item, at)
+    return found
+
+
+def _model_types(annotation: Any) -> list[type[BaseModel]]:
+    """Returns the pydantic models inside a field's annotation (`X`, `X | None`, `list[X]`)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [t for arg in typing.get_args(annotation) for t in _model_types(arg)]

@@ -119,16 +119,20 @@ class DiskNeed:
 def disk_need(num_params: int, num_trainable_params: int, precision: str, *, stage: int | None = None,
               adapters: bool = False, merged_export: bool = False, save: str = "steps", save_every: int = 25,
               save_total_limit: int = KEEP_CHECKPOINTS, max_steps: int = 0, start_step: int = 0,
-              scratch_bytes: int = 0) -> DiskNeed:  # fmt: skip
+              scratch_bytes: int = 0, existing_checkpoints: int = 0) -> DiskNeed:  # fmt: skip
     """Returns what a run writes at most: its checkpoints (how many at once: checkpoint_saves, capped by the limit
     + 1 being written), their size for this stage and method (checkpoint_bytes) and the export (export_bytes).
-    Pruning happens only after a new checkpoint is complete, hence the + 1; checkpoints an earlier run left
-    (a --resume) already take their space and are not counted."""
+    Pruning happens only after a new checkpoint is complete, hence the + 1. `existing_checkpoints`: complete ones an
+    earlier run left (a --resume); they already take their space and count towards the limit, so the new ones
+    that must find room are those beyond them: min(existing + saves, max(limit, existing) + 1) - existing (the
+    one resumed from is never pruned, and counts as kept)."""
     one = checkpoint_bytes(num_params, num_trainable_params, precision, frozen_excluded=adapters, stage=stage)
     count = 0
     if save == "steps":
         saves = checkpoint_saves(max_steps, save_every, start_step)
-        count = save_total_limit + 1 if saves is None else min(saves, save_total_limit + 1)
+        at_once = max(save_total_limit, existing_checkpoints) + 1
+        total = at_once if saves is None else min(existing_checkpoints + saves, at_once)
+        count = max(0, total - existing_checkpoints)
     export = export_bytes(num_params, num_trainable_params, precision, adapters=adapters, merged_export=merged_export)
     return DiskNeed(one, count, export if save != "none" else 0, scratch_bytes)
 
@@ -140,6 +144,14 @@ def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *
     need = disk_need(num_params, num_trainable_params, precision, adapters=adapters, merged_export=merged_export,
                      save="steps" if checkpoints else "final")  # fmt: skip
     return need.total_bytes
+
+
+def size_text(num_bytes: int | float) -> str:
+    """Returns a size in the unit that shows it: '640 MiB' below 1 GiB (where '0.6 GiB' reads as nothing and
+    '0.0 GiB' as empty), '12.3 GiB' above. 2**20 is MiB, 2**30 GiB."""
+    if num_bytes < 2**30:
+        return f"{max(num_bytes, 0) / 2**20:.0f} MiB" if num_bytes >= 2**20 else f"{max(num_bytes, 0) / 2**20:.2f} MiB"
+    return f"{num_bytes / 2**30:.1f} GiB"
 
 
 def save_summary(save: str, save_every: int, save_total_limit: int, *, adapters: bool = False) -> str:

@@ -59,9 +59,10 @@ def free_port() -> int:
 
 
 def spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, node_launcher: bool = False,
-           log=None) -> tuple[int, int]:  # fmt: skip
+           log=None, heartbeat=None, heartbeat_s: float = 30.0) -> tuple[int, int]:  # fmt: skip
     """Runs the launcher (the only spawn in zero-planner; sbatch too); returns (exit status, signals forwarded).
     `log`: an open file taking the launcher's stdout and stderr (zero-run --probe reads it for OOM messages).
+    `heartbeat`: called every `heartbeat_s` while the launcher runs (zero-run touches its output folder's lock).
 
     The launcher gets its own session, so a terminal's Ctrl-C reaches zero-run alone, which passes it on:
     on one node straight to the ranks (each finishes its step and saves; the launcher then exits by itself,
@@ -97,7 +98,12 @@ def spawn(argv: list[str], env: dict[str, str], *, multi_node: bool, node_launch
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = proc.wait()
+        while True:
+            try:
+                rc = proc.wait(timeout=heartbeat_s if heartbeat is not None else None)
+                break
+            except subprocess.TimeoutExpired:
+                heartbeat()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -24,7 +24,7 @@ from pathlib import Path
 from zero_planner.errors import InputError
 from zero_planner.plan.dsconfig import monitors_enabled
 from zero_planner.plan.memory import data_process_bytes
-from zero_planner.plan.saves import DiskNeed, disk_need, exports_merged_model
+from zero_planner.plan.saves import DiskNeed, disk_need, exports_merged_model, size_text
 from zero_planner.planfile import Plan
 from zero_planner.run import checkpoint as ckpt
 from zero_planner.run.data import check_local_data, detect_format, held_data_bytes, peek_columns, resolve_files
@@ -46,6 +46,30 @@ class Machine:
     notes: list[str] = field(default_factory=list)
     capabilities: list[tuple[int, int]] = field(default_factory=list)
     """CUDA compute capabilities of the GPUs (major, minor), for TORCH_CUDA_ARCH_LIST."""
+    write_problem: str | None = None
+    """Why nothing can be written under the output folder (a read-only file system, no permission), None when a
+    file could be created there: told apart from a full disk, which free space alone cannot say."""
+
+
+def write_problem(folder: Path) -> str | None:
+    """Returns why a file cannot be created in `folder` (or the nearest existing folder above it), else None."""
+    import errno
+    import tempfile
+
+    where = existing_parent(folder)
+    try:
+        fd, name = tempfile.mkstemp(prefix=".zero-run-write-check-", dir=where)
+    except OSError as error:
+        if error.errno == errno.EROFS:
+            return f"{where} is on a read-only file system"
+        if error.errno in (errno.EACCES, errno.EPERM):
+            return f"{where} is not writable by this user (permission denied)"
+        if error.errno == errno.ENOSPC:
+            return None  # full, not read-only: the disk check says how much is needed
+        return f"cannot create a file in {where}: {error.strerror}"
+    os.close(fd)
+    os.unlink(name)
+    return None
 
 
 def existing_parent(path: Path) -> Path:
@@ -73,7 +97,7 @@ def probe_machine(plan: Plan, output_dir: str) -> Machine:
                 capabilities.append((props.major, props.minor))
     disk = shutil.disk_usage(existing_parent(Path(output_dir))).free
     return Machine(gpus=gpus, host_available_bytes=int(psutil.virtual_memory().available), disk_free_bytes=disk,
-                   capabilities=capabilities)  # fmt: skip
+                   capabilities=capabilities, write_problem=write_problem(Path(output_dir)))  # fmt: skip
 
 
 _ARCH_TOKEN = re.compile(r"^\d+\.\d+(\+PTX)?$")
@@ -122,10 +146,11 @@ def fix_launch_env(plan: Plan, env: dict[str, str], machine: Machine) -> str | N
 
 
 def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int = 0, resume: bool = False,
-              own_loop: bool = False) -> list[str]:
+              own_loop: bool = False, existing_checkpoints: int = 0) -> list[str]:  # fmt: skip
     """Returns one line per reason this machine cannot run the plan (empty when it can).
 
-    start_step: the step a --resume continues from (fewer checkpoints left to write); resume: the run reads a
+    start_step: the step a --resume continues from (fewer checkpoints left to write); existing_checkpoints: the
+    complete checkpoints already there (a --resume prunes them as it saves: saves.disk_need); resume: the run reads a
     checkpoint first (its host peak); own_loop: zero-run's training loop runs the plan (not --script), so the plan's
     host phases are what its ranks hold, with the data it finds now (host_need). A user's script is checked for
     offload's host memory only."""
@@ -162,9 +187,14 @@ def preflight(plan: Plan, machine: Machine, *, output_dir: str, start_step: int 
             f"{machine.host_available_bytes / gib:.1f} GiB is available: plan again with --cpu-mem "
             f"{int(machine.host_available_bytes / gib)}GiB, or free host memory"
         )
-    disk = disk_problem(plan, machine.disk_free_bytes, output_dir=output_dir, start_step=start_step)
-    if disk:
-        problems.append(disk)
+    if machine.write_problem is not None:
+        problems.append(f"nothing can be written under {output_dir!r}: {machine.write_problem}; choose --output-dir "
+                        "elsewhere")  # fmt: skip
+    else:
+        disk = disk_problem(plan, machine.disk_free_bytes, output_dir=output_dir, start_step=start_step,
+                            existing_checkpoints=existing_checkpoints)  # fmt: skip
+        if disk:
+            problems.append(disk)
     problems += monitor_problems(plan.deepspeed_config)
     return problems
 
@@ -190,7 +220,7 @@ def host_need(plan: Plan, *, resume: bool = False) -> tuple[int, str]:
     return phases[phase], phase
 
 
-def run_disk_need(plan: Plan, *, start_step: int = 0, **save) -> DiskNeed:
+def run_disk_need(plan: Plan, *, start_step: int = 0, existing_checkpoints: int = 0, **save) -> DiskNeed:
     """Returns what this plan's run writes under its output folder (saves.disk_need), with its save policy,
     its length (plan.training.max_steps, as overridden) and its method; `save` overrides save, save_every,
     save_total_limit (the alternatives disk_problem weighs)."""
@@ -202,14 +232,16 @@ def run_disk_need(plan: Plan, *, start_step: int = 0, **save) -> DiskNeed:
     policy = {"save": t.save, "save_every": t.save_every, "save_total_limit": t.save_total_limit, **save}
     return disk_need(m.params, m.trainable_params, t.precision, stage=plan.strategy.stage, adapters=adapters,
                      merged_export=exports_merged_model(t.method, plan.strategy.stage), max_steps=t.max_steps,
-                     start_step=start_step, scratch_bytes=scratch, **policy)  # fmt: skip
+                     start_step=start_step, scratch_bytes=scratch, existing_checkpoints=existing_checkpoints,
+                     **policy)  # fmt: skip
 
 
-def save_alternatives(plan: Plan, *, start_step: int = 0) -> list[tuple[str, DiskNeed]]:
+def save_alternatives(plan: Plan, *, start_step: int = 0, existing_checkpoints: int = 0) -> list[tuple[str, DiskNeed]]:
     """Returns (flag, what the run would write with it) for each save setting that writes less than the plan's,
     largest first: the total limit 1, one checkpoint at the end, --save final, --save none."""
     t = plan.training
-    need = run_disk_need(plan, start_step=start_step)
+    here = {"start_step": start_step, "existing_checkpoints": existing_checkpoints}
+    need = run_disk_need(plan, **here)
     options: list[tuple[str, dict]] = []
     if t.save == "steps":
         if t.max_steps > 0 and need.checkpoints > 1:
@@ -221,35 +253,40 @@ def save_alternatives(plan: Plan, *, start_step: int = 0) -> list[tuple[str, Dis
         options.append(("--save none", {"save": "none"}))
     out: list[tuple[str, DiskNeed]] = []
     for flag, save in options:
-        other = run_disk_need(plan, start_step=start_step, **save)
+        other = run_disk_need(plan, **here, **save)
         if other.total_bytes < need.total_bytes and all(other.total_bytes != o.total_bytes for _, o in out):
             out.append((flag, other))
     return sorted(out, key=lambda option: -option[1].total_bytes)
 
 
-def disk_problem(plan: Plan, free_bytes: int, *, output_dir: str, start_step: int = 0) -> str | None:
+def disk_problem(plan: Plan, free_bytes: int, *, output_dir: str, start_step: int = 0,
+                 existing_checkpoints: int = 0) -> str | None:  # fmt: skip
     """Returns the one line refusing a run whose files do not fit in `free_bytes` (None when they fit): what the
-    run writes, and each save setting that keeps less with what it needs, the ones that fit named first."""
-    gib = 2**30
-    need = run_disk_need(plan, start_step=start_step)
+    run writes, and each save setting that keeps less with what it needs, the ones that fit named first. Sizes in
+    the unit that shows them (saves.size_text: MiB below 1 GiB)."""
+    here = {"start_step": start_step, "existing_checkpoints": existing_checkpoints}
+    need = run_disk_need(plan, **here)
     if free_bytes >= need.total_bytes:
         return None
     parts = []
     if need.checkpoints:
         s = "s" if need.checkpoints > 1 else ""
-        parts.append(f"{need.checkpoints} DeepSpeed checkpoint{s} of {need.checkpoint_bytes / gib:.1f} GiB"
+        more = " more" if existing_checkpoints else ""
+        parts.append(f"{need.checkpoints}{more} DeepSpeed checkpoint{s} of {size_text(need.checkpoint_bytes)}"
                      + (" at once" if need.checkpoints > 1 else ""))  # fmt: skip
+    if existing_checkpoints:
+        parts.append(f"the {existing_checkpoints} already there pruned as it saves")
     if need.export_bytes:
         parts.append(f"the final {'adapter' if plan.training.method != 'full' else 'model'} "
-                     f"{need.export_bytes / gib:.1f} GiB")  # fmt: skip
+                     f"{size_text(need.export_bytes)}")  # fmt: skip
     if need.scratch_bytes:
-        parts.append(f"QLoRA's random 16-bit base {need.scratch_bytes / gib:.1f} GiB")
-    line = (f"this run writes up to {need.total_bytes / gib:.1f} GiB under {output_dir!r} ({', '.join(parts)}; "
-            f"{describe_save(plan)}); {free_bytes / gib:.1f} GiB is free")  # fmt: skip
+        parts.append(f"QLoRA's random 16-bit base {size_text(need.scratch_bytes)}")
+    line = (f"this run writes up to {size_text(need.total_bytes)} under {output_dir!r} ({', '.join(parts)}; "
+            f"{describe_save(plan)}); {size_text(free_bytes)} is free")  # fmt: skip
     options = []
-    for flag, other in save_alternatives(plan, start_step=start_step):  # largest first, up to the first that fits
+    for flag, other in save_alternatives(plan, **here):  # largest first, up to the first that fits
         fits = other.total_bytes <= free_bytes
-        options.append(f"{flag} {other.total_bytes / gib:.1f} GiB{' (fits)' if fits else ''}")
+        options.append(f"{flag} {size_text(other.total_bytes)}{' (fits)' if fits else ''}")
         if fits:
             break
     if options:
@@ -349,7 +386,8 @@ def check_inputs(plan: Plan, *, resume: bool = False, output_dir: str | None = N
     launcher has started them: a pretrained plan naming no weights, no tokenizer to be had (a config-only model
     without --tokenizer, a folder without tokenizer files), chat data for a tokenizer without a chat template,
     a malformed local data file (data.check_local_data: the file, the line, an excerpt), QLoRA without
-    bitsandbytes, and --resume from checkpoints another number of ranks wrote. Reads files only (no torch)."""
+    bitsandbytes, --resume with no complete checkpoint to resume from, and --resume from checkpoints another number
+    of ranks wrote. Reads files only (no torch)."""
     import importlib.util
 
     t, m = plan.training, plan.model
@@ -368,7 +406,13 @@ def check_inputs(plan: Plan, *, resume: bool = False, output_dir: str | None = N
     if t.method == "qlora" and plan.hardware.gpu != "cpu" and importlib.util.find_spec("bitsandbytes") is None:
         raise InputError("QLoRA needs bitsandbytes, which is not installed here: pip install bitsandbytes")
     if resume:
-        usable = ckpt.usable_checkpoints(Path(output_dir or t.output_dir) / ckpt.CHECKPOINTS_DIR)
+        ckpt_dir = Path(output_dir or t.output_dir) / ckpt.CHECKPOINTS_DIR
+        skipped: list[str] = []
+        usable = ckpt.usable_checkpoints(ckpt_dir, warn=skipped.append)
+        if not usable:
+            broken = f" ({len(skipped)} incomplete or damaged: {skipped[0]})" if skipped else ""
+            raise InputError(f"--resume: no complete checkpoint under {ckpt_dir} to continue from{broken}; drop "
+                             f"--resume to start from step 0 (or --resume-if-any for either)")  # fmt: skip
         if usable:
             step, path = usable[0]
             written = ckpt.read_state(path).get("world_size")

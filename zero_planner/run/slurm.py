@@ -117,6 +117,8 @@ def node_command(args: argparse.Namespace) -> list[str]:
         argv += ["--max-steps", str(args.max_steps)]
     if args.resume:
         argv.append("--resume")
+    if getattr(args, "resume_if_any", False):
+        argv.append("--resume-if-any")  # a requeued job continues; its first start has nothing to resume
     if args.master_wait is not None:
         argv += ["--master-wait", str(args.master_wait)]
     if args.script is not None:

@@ -279,14 +279,23 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     try:
         _train_loop(engine, plan, ranks, meter, console, stop, state, inputs=inputs, order=order, ckpt_dir=ckpt_dir,
                     max_steps=max_steps, warm=warm, peft=peft, node_local=node_local, resumed_from=resumed_from)  # fmt: skip
-        if saves.exports_model(t.save, interrupted=state.interrupted) and state.step > start_step:
+        # A resumed run that has nothing left to train still exports when the last run's export is missing or cut.
+        if saves.exports_model(t.save, interrupted=state.interrupted) and (
+            state.step > start_step or _export_missing(plan, ranks, output_dir, stage=stage, peft=peft, console=console)
+        ):
             state.phase = "export"
             meter.enter("export")
-            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft)
+            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft, step=state.step)
     except torch.OutOfMemoryError as error:
         _leave_out_of_memory(plan, output_dir, rank=ranks.rank, phase=state.phase, step=state.step + 1, error=error)
-    _report(engine, plan, ranks, meter, console, state, inputs, output_dir=output_dir, warm=warm, peft=peft,
-            node_local=node_local)  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - a fault (disk, folder, lost peer) becomes one line; others re-raise
+        _leave_on_fault(plan, output_dir, ranks, state, error)
+    try:
+        _report(engine, plan, ranks, meter, console, state, inputs, output_dir=output_dir, warm=warm, peft=peft,
+                node_local=node_local)  # fmt: skip
+    except Exception as error:  # noqa: BLE001
+        state.phase = "report"
+        _leave_on_fault(plan, output_dir, ranks, state, error)
     ranks.barrier()
     if state.interrupted:
         return 128 + state.stopping  # the first signal any rank got
@@ -626,15 +635,69 @@ def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: Loop
         console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
 
 
-def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer, *, stage: int, peft: bool) -> None:
+def export_folders(plan: Plan, output_dir: Path, *, stage: int, peft: bool) -> list[Path]:
+    """Returns the folders the final export writes: final-adapter/ (and final/ where the merged model is written)
+    with adapters, final/ otherwise."""
+    if not peft:
+        return [output_dir / "final"]
+    merged = [output_dir / "final"] if saves.exports_merged_model(plan.training.method, stage) else []
+    return [output_dir / "final-adapter", *merged]
+
+
+def _export_missing(plan: Plan, ranks: Ranks, output_dir: Path, *, stage: int, peft: bool, console) -> bool:
+    """Returns True on every rank when rank 0 finds an export folder missing or incomplete (checkpoint.export_problem),
+    and says which."""
+    why = None
+    if ranks.rank == 0:
+        for folder in export_folders(plan, output_dir, stage=stage, peft=peft):
+            problem = ckpt.export_problem(folder)
+            if problem is not None:
+                why = f"{folder} is {problem}"
+                break
+    why = ranks.broadcast(why)
+    if why:
+        console.print(f"exporting again: {why}")
+    return why is not None
+
+
+def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer, *, stage: int, peft: bool,
+                  step: int) -> None:  # fmt: skip
     """Writes the final model: with adapters the peft adapter folder (final-adapter/) and, where the base can be
-    merged (saves.exports_merged_model), the merged model (final/); otherwise the consolidated model (final/)."""
+    merged (saves.exports_merged_model), the merged model (final/); otherwise the consolidated model (final/).
+    Each folder is written beside its place, read back, marked with `step`, and renamed into place
+    (checkpoint.finish_export)."""
     if peft:
-        _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer)
+        _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer, step=step)
         if saves.exports_merged_model(plan.training.method, stage):
-            _export_merged(engine, output_dir / "final", ranks, tokenizer)
+            _export_merged(engine, output_dir / "final", ranks, tokenizer, step=step)
     else:
-        _export(engine, output_dir / "final", ranks, tokenizer, stage)
+        _export(engine, output_dir / "final", ranks, tokenizer, stage, step=step)
+
+
+def _leave_on_fault(plan: Plan, output_dir: Path, ranks: Ranks, state, error: BaseException) -> None:
+    """Records a fault (faults.classify: disk full, read-only folder, an export that does not read back, a lost
+    peer) and leaves with faults.EXIT_FAULT after one line on stderr; re-raises anything else (a bug keeps its
+    traceback). Checkpoints marked complete are untouched; a save cut short has no marker and is never resumed."""
+    from zero_planner.run import faults
+
+    need = None
+    if state.phase == "save":
+        need = faults.newest_checkpoint_bytes(output_dir) or _planned_checkpoint_bytes(plan)
+    step = state.step
+    found = faults.classify(error, phase=state.phase, step=step, output_dir=output_dir, rank=ranks.rank,
+                            next_save_bytes=need)  # fmt: skip
+    if found is None:
+        raise error
+    kind, message = found
+    faults.record_fault(output_dir, rank=ranks.rank, kind=kind, message=message, phase=state.phase, step=step)
+    print(f"zero-run: {message}", file=sys.stderr, flush=True)
+    os._exit(faults.EXIT_FAULT)
+
+
+def _planned_checkpoint_bytes(plan: Plan) -> int:
+    from zero_planner.run.preflight import run_disk_need
+
+    return run_disk_need(plan).checkpoint_bytes
 
 
 def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, inputs: RunInputs, *,
@@ -958,7 +1021,10 @@ def _resume(
     LoRA checkpoints hold only the trainable parameters (the frozen base comes from the plan), so their
     module state is loaded non-strictly.
     """
-    usable = dict(ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}")))
+    # The writer reads the newest checkpoint's bytes against its marker's checksums (one rank per copy of the files:
+    # the others' sizes-only lists are intersected with its list below, so a corrupt one is skipped by every rank).
+    usable = dict(ckpt.usable_checkpoints(ckpt_dir, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
+                                          checksums=ranks.checkpoint_writer))  # fmt: skip
     # Node-local checkpoints: a step counts only where every node has it complete, and all ranks try the same.
     everywhere = set.intersection(*(set(steps) for steps in ranks.gather(sorted(usable))))
     for step in sorted(set(usable) - everywhere, reverse=True):
@@ -1027,15 +1093,15 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
     ranks.barrier()
 
 
-def _export(engine, final_dir: Path, ranks: Ranks, tokenizer, stage: int) -> None:
+def _export(engine, final_dir: Path, ranks: Ranks, tokenizer, stage: int, *, step: int) -> None:
     """Writes a consolidated Hugging Face folder: model.safetensors (gathered for ZeRO-3) and config.json."""
     state = engine._zero3_consolidated_16bit_state_dict() if stage == 3 else engine.module.state_dict()
     if ranks.rank == 0:
-        _write_hf_folder(engine.module, state, final_dir, tokenizer)
+        _write_hf_folder(engine.module, state, final_dir, tokenizer, step=step)
     ranks.barrier()
 
 
-def _export_adapter(engine, adapter_dir: Path, ranks: Ranks, plan: Plan, tokenizer) -> None:
+def _export_adapter(engine, adapter_dir: Path, ranks: Ranks, plan: Plan, tokenizer, *, step: int) -> None:
     """Writes the peft adapter folder (adapter_config.json, adapter_model.safetensors) from rank 0.
 
     Only the trainable parameters are gathered under ZeRO-3 (every rank takes part; rank 0 writes), never the
@@ -1057,29 +1123,67 @@ def _export_adapter(engine, adapter_dir: Path, ranks: Ranks, plan: Plan, tokeniz
             config.base_model_name_or_path = plan.model.load_path or (
                 plan.model.weights_path if has_weights(plan.model.weights_path) else None
             )
-        module.save_pretrained(str(adapter_dir), state_dict=state)
+        staging = ckpt.start_export(adapter_dir)
+        module.save_pretrained(str(staging), state_dict=state)
         if hasattr(tokenizer, "save_pretrained"):
-            tokenizer.save_pretrained(adapter_dir)  # so the adapter folder alone serves with its base
+            tokenizer.save_pretrained(staging)  # so the adapter folder alone serves with its base
+        verify_export(staging, tokenizer, adapter=True)
+        ckpt.finish_export(staging, adapter_dir, {"step": step, "kind": "adapter", "time": time.time()})
         print(f"zero-run: adapter in {adapter_dir}", flush=True)
     ranks.barrier()
 
 
-def _export_merged(engine, final_dir: Path, ranks: Ranks, tokenizer) -> None:
+def _export_merged(engine, final_dir: Path, ranks: Ranks, tokenizer, *, step: int) -> None:
     """Writes the base with the adapters merged in (stages 0-2 only) as a plain Hugging Face folder."""
     if ranks.rank == 0:
         # merge_and_unload works in place on the engine's module: nothing trains after this point.
         merged = engine.module.merge_and_unload()
-        _write_hf_folder(merged, merged.state_dict(), final_dir, tokenizer)
+        _write_hf_folder(merged, merged.state_dict(), final_dir, tokenizer, step=step)
     ranks.barrier()
 
 
+def verify_export(folder: Path, tokenizer, *, adapter: bool = False, keys: set[str] | None = None) -> None:
+    """Raises faults.ExportBroken unless the export in `folder` reads back: its config loads, every safetensors
+    file is whole (checkpoint.safetensors_keys: header and every byte it promises) and, for a model, holds the
+    tensors written (`keys`), and the tokenizer loads."""
+    from zero_planner.run.faults import ExportBroken
+
+    try:
+        if adapter:
+            json.loads((folder / "adapter_config.json").read_text())
+        else:
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(str(folder))
+        found: set[str] = set()
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise ValueError("no .safetensors file was written")
+        for path in files:
+            found.update(ckpt.safetensors_keys(path))
+        if keys is not None and keys - found:
+            missing = sorted(keys - found)
+            raise ValueError(f"{len(missing)} tensor(s) missing, first {missing[0]}")
+        if hasattr(tokenizer, "save_pretrained"):
+            from transformers import AutoTokenizer
+
+            AutoTokenizer.from_pretrained(str(folder))
+        elif not adapter:
+            json.loads((folder / "zero_run_tokenizer.json").read_text())
+    except ExportBroken:
+        raise
+    except Exception as error:  # noqa: BLE001 - what failed to read back is the message
+        raise ExportBroken(f"{folder.name}: {' '.join(str(error).split())[:300]}") from error
 
 
-def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
-    """Writes model.safetensors, config.json, generation config and tokenizer of `module` to `final_dir`."""
+
+
+def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer, *, step: int) -> None:
+    """Writes model.safetensors, config.json, generation config and tokenizer of `module` to `final_dir`: into a
+    folder beside it, read back (verify_export), then renamed into place (checkpoint.finish_export)."""
     from safetensors.torch import save_file
 
-    final_dir.mkdir(parents=True, exist_ok=True)
+    target, final_dir = final_dir, ckpt.start_export(final_dir)
     seen: set[int] = set()
     shards: list[dict] = [{}]
     shard_bytes = total = 0
@@ -1118,7 +1222,9 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer) -> None:
             json.dumps({"type": "byte-level", "offset": tokenizer.offset, "vocab_size": tokenizer.vocab_size,
                         "eos_token_id": tokenizer.eos_token_id}, indent=2) + "\n"  # fmt: skip
         )
-    print(f"zero-run: final model in {final_dir}", flush=True)
+    verify_export(final_dir, tokenizer, keys={key for shard in shards for key in shard})
+    ckpt.finish_export(final_dir, target, {"step": step, "kind": "model", "time": time.time()})
+    print(f"zero-run: final model in {target}", flush=True)
 
 
 def _rank_stats(rank: int, on_cuda: bool, meter, state: LoopState) -> dict[str, Any]:

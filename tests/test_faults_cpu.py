@@ -1,0 +1,379 @@
+"""Nothing lost, whatever happens (issue 63): faults and bad plan files on CPU, two ranks under the real `deepspeed`
+launcher (DS_ACCELERATOR=cpu, gloo), each faulted run resumed and compared step by step with a clean run of the same
+plan. The disk-full cases fill a small tmpfs (mounted where this process may mount one, skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_plan
+
+from zero_planner.launch import main
+from zero_planner.planfile import save_plan
+from zero_planner.run import checkpoint as ckpt
+from zero_planner.run import lock
+
+STEPS = 6
+
+
+def write_plan(path: Path, out: Path, **kw) -> Path:
+    kw.setdefault("max_steps", STEPS)
+    kw.setdefault("save_every", 2)
+    save_plan(make_plan("2", output_dir=str(out), **kw), path)
+    return path
+
+
+def report_of(out: Path) -> dict:
+    return json.loads((out / "run_report.json").read_text())
+
+
+def losses_of(out: Path) -> list[float]:
+    return report_of(out)["losses"]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """The plan run straight through STEPS steps: (plan path, its losses)."""
+    root = tmp_path_factory.mktemp("clean")
+    plan = write_plan(root / "plan.json", root / "run")
+    assert main([str(plan)]) == 0
+    return plan, losses_of(root / "run")
+
+
+def when(condition, then, timeout_s: float = 240.0) -> threading.Thread:
+    """Runs `then()` in a thread as soon as `condition()` holds (polled every 20 ms)."""
+
+    def watch():
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if condition():
+                then()
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def marked(out: Path, step: int) -> bool:
+    return (out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(step) / ckpt.MARKER).exists()
+
+
+def rank_pids() -> list[int]:
+    """Returns the pids of this test's training ranks (children of the launcher children of this process)."""
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True)
+            if any("zero_planner.train" in part for part in p.cmdline()) and "--local_rank=1" in p.cmdline()]  # fmt: skip
+
+
+def assert_loads(final: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    assert ckpt.export_problem(final) is None
+    AutoModelForCausalLM.from_pretrained(final)
+
+
+# --- the final export ---
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["config-emptied", "folder-emptied", "folder-removed"])
+def test_a_lost_export_is_written_again_by_resume(clean_run, tmp_path, damage, capfd):
+    plan, clean = clean_run
+    out = tmp_path / "run"
+    assert main([str(plan), "--output-dir", str(out)]) == 0
+    final = out / "final"
+    if damage == "config-emptied":
+        (final / "config.json").write_text("")  # what a disk full during the old, in-place export left
+    elif damage == "folder-emptied":
+        for path in final.iterdir():
+            path.unlink()
+    else:
+        shutil.rmtree(final)
+    capfd.readouterr()
+    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+    captured = capfd.readouterr()
+    assert "exporting again" in captured.out
+    assert_loads(final)
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_during_the_export_loses_nothing(clean_run, tmp_path, capfd):
+    plan, clean = clean_run
+    out = tmp_path / "run"
+    staging = ckpt.staging_dir(out / "final")
+
+    def kill_rank0():
+        import psutil
+
+        for p in psutil.Process().children(recursive=True):
+            if "--local_rank=0" in p.cmdline():
+                p.kill()
+
+    when(lambda: staging.exists(), kill_rank0)
+    rc = main([str(plan), "--output-dir", str(out)])
+    captured = capfd.readouterr()
+    assert rc != 0
+    assert not (out / "final").exists() or ckpt.export_problem(out / "final") is None  # never half an export
+    line = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: a rank stopped")][-1]
+    assert f"checkpoints intact up to step {STEPS}" in line and "--resume" in line and str(out) in line
+    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+    assert_loads(out / "final")
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+# --- two runs, one folder ---
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_folder_is_refused(clean_run, tmp_path, capfd):
+    plan, clean = clean_run
+    out = tmp_path / "run"
+    second = {}
+
+    def start_second():
+        second["rc"] = subprocess.run(["zero-run", str(plan), "--output-dir", str(out), "--lr", "1e-4"],
+                                      capture_output=True, text=True)  # fmt: skip
+
+    when(lambda: (out / lock.LOCK_NAME).exists(), start_second)
+    rc = main([str(plan), "--output-dir", str(out)])
+    deadline = time.time() + 120
+    while "rc" not in second and time.time() < deadline:
+        time.sleep(0.1)
+    assert rc == 0
+    refused = second["rc"]
+    assert refused.returncode == 2
+    assert "is in use by another zero-run: pid" in refused.stderr and str(os.getpid()) in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)  # the first run's, untouched
+    assert not (out / lock.LOCK_NAME).exists()  # released at the end
+
+
+def test_a_stale_lock_is_taken_over_with_a_word(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    import socket
+
+    (folder / lock.LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": 0}))
+    said = []
+    held = lock.acquire(folder, command=["zero-run", "p.json"], say=said.append)
+    assert said and "taking over the stale lock" in said[0] and "its process is gone" in said[0]
+    with pytest.raises(Exception, match="in use by another zero-run"):
+        lock.acquire(folder, command=["zero-run", "p.json"])
+    held.release()
+    assert not (folder / lock.LOCK_NAME).exists()
+
+
+def test_a_lock_from_another_host_is_respected_until_its_heartbeat_stops(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = folder / lock.LOCK_NAME
+    path.write_text(json.dumps({"pid": 1, "host": "other-host", "started": time.time()}))
+    with pytest.raises(Exception, match="pid 1 on other-host"):
+        lock.acquire(folder, command=["zero-run"])
+    old = time.time() - lock.STALE_AFTER_S - 10
+    os.utime(path, (old, old))
+    said = []
+    lock.acquire(folder, command=["zero-run"], say=said.append).release()
+    assert "no heartbeat from other-host" in said[0]
+
+
+# --- checkpoints damaged later ---
+
+
+@pytest.mark.slow
+def test_same_size_corruption_is_never_resumed_from(clean_run, tmp_path, capfd):
+    plan, clean = clean_run
+    out = tmp_path / "run"
+    assert main([str(plan), "--output-dir", str(out), "--max-steps", "4"]) == 0
+    newest = out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(4)
+    model = next(newest.glob("*model_states.pt"))
+    data = bytearray(model.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(b ^ 0xFF for b in data[middle : middle + 4096])  # same size, other bytes
+    model.write_bytes(bytes(data))
+    capfd.readouterr()
+    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+    captured = capfd.readouterr()
+    assert "step4 is corrupt" in captured.out and "checksum differs" in captured.out
+    assert "resumed from" in captured.out and "step2" in captured.out
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+# --- a dead rank ---
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_in_one_line_and_the_resume_matches(clean_run, tmp_path, capfd):
+    plan, clean = clean_run
+    out = tmp_path / "run"
+    slow = write_plan(tmp_path / "plan.json", out, max_steps=STEPS)
+
+    def kill_rank1():
+        for pid in rank_pids():
+            os.kill(pid, signal.SIGKILL)
+
+    when(lambda: marked(out, 2), kill_rank1)
+    rc = main([str(slow), "--lr", "3e-3"])
+    captured = capfd.readouterr()
+    assert rc != 0
+    lines = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: ") and "--resume" in ln]
+    assert lines, captured.err[-2000:]
+    assert "checkpoints intact up to step" in lines[-1] and f"zero-run {slow} --resume --lr 0.003" in lines[-1]
+    assert "Traceback" not in captured.err  # the peer that lost rank 1 says so in one line
+    assert main([str(slow), "--resume"]) == 0
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+# --- the disk fills ---
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MiB tmpfs under tmp_path (skipped where this process cannot mount one)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()[:80]})")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(folder: Path, leave_bytes: int) -> None:
+    """Fills the file system of `folder` until `leave_bytes` are free."""
+    free = shutil.disk_usage(folder).free
+    with open(folder / "filler", "wb") as f:
+        f.truncate(0)
+        os.posix_fallocate(f.fileno(), 0, max(free - leave_bytes, 0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when_full", ["save", "export"])
+def test_disk_full_keeps_the_checkpoints_and_says_what_is_needed(clean_run, tmp_path, small_disk, capfd, when_full):
+    plan, clean = clean_run
+    out = small_disk / "run"
+    step = 2 if when_full == "save" else STEPS
+    when(lambda: marked(out, step), lambda: fill(small_disk, 64 * 1024))
+    rc = main([str(plan), "--output-dir", str(out)])
+    captured = capfd.readouterr()
+    assert rc != 0
+    line = [ln for ln in captured.err.splitlines() if "filled while" in ln][-1]
+    what = "saving the checkpoint" if when_full == "save" else "exporting the model"
+    assert what in line and f"checkpoints intact up to step {step}" in line and "--resume" in line
+    if when_full == "save":
+        assert "the next save needs about" in line
+    assert "Traceback" not in captured.err
+    assert ckpt.problem(out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(step)) is None
+    assert not (out / "final").exists()  # no half export in its place
+    (small_disk / "filler").unlink()
+    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+    assert_loads(out / "final")
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+def test_a_read_only_output_folder_is_refused_before_launch(tmp_path, capsys, monkeypatch):
+    from zero_planner.run import preflight
+
+    plan = write_plan(tmp_path / "plan.json", tmp_path / "run")
+    monkeypatch.setattr(preflight, "write_problem", lambda folder: f"{folder} is on a read-only file system")
+    assert main([str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing can be written under" in err and "read-only file system" in err and "this run writes" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a folder without write permission")
+def test_a_folder_without_write_permission_is_told_from_a_full_one(tmp_path):
+    from zero_planner.run.preflight import write_problem
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        assert "not writable" in write_problem(folder / "run")
+    finally:
+        folder.chmod(0o700)
+
+
+# --- the plan file as input ---
+
+
+def edited_plan(tmp_path: Path, edit) -> Path:
+    path = write_plan(tmp_path / "plan.json", tmp_path / "run")
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _set(keys: str, value):
+    def edit(data):
+        *parents, last = keys.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (_set("deepspeed_config.zero_optimization.stage", 7), "deepspeed_config.zero_optimization.stage is 7"),
+        (_set("training.micro_batch_size", -1), "training.micro_batch_size"),
+        (_set("training.lerning_rate", 1e-4), "unknown key training.lerning_rate (did you mean 'learning_rate'?)"),
+        (_set("strategy.offlaod_optimizer", "cpu"), "did you mean 'offload_optimizer'?"),
+        (_set("training.lora", {"r": 8, "alhpa": 16}), "unknown key training.lora.alhpa (did you mean 'alpha'?)"),
+        (_set("deepspeed_config.train_micro_batch_size_per_gpu", 3), "train_micro_batch_size_per_gpu is 3 but"),
+    ],
+    ids=["stage-7", "micro-batch--1", "typo", "typo-strategy", "typo-lora", "disagreeing-micro-batch"],
+)
+def test_a_bad_plan_file_is_refused_before_launch(tmp_path, capsys, edit, expected):
+    path = edited_plan(tmp_path, edit)
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # nothing launched, nothing written
+
+
+def test_deepspeeds_own_parser_refuses_what_the_plan_models_cannot_see(tmp_path, capsys):
+    """A value only DeepSpeed's config model knows is wrong (a negative bucket size), found before any rank starts."""
+    path = edited_plan(tmp_path, _set("deepspeed_config.zero_optimization.reduce_bucket_size", -5))
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "deepspeed_config is invalid" in err and "reduce_bucket_size" in err and "Traceback" not in err
+
+
+def test_resume_with_nothing_to_resume_stops(tmp_path, capsys):
+    plan = write_plan(tmp_path / "plan.json", tmp_path / "run")
+    assert main([str(plan), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "no complete checkpoint under" in err and "drop --resume to start from step 0" in err
+
+
+def test_resume_if_any_starts_over_or_continues(tmp_path, capsys):
+    plan = write_plan(tmp_path / "plan.json", tmp_path / "run")
+    assert main([str(plan), "--resume-if-any", "--dry-run"]) == 0
+    assert "--resume" not in capsys.readouterr().out  # nothing to resume: the run starts from step 0
+    tag = tmp_path / "run" / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(2)
+    tag.mkdir(parents=True)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    ckpt.write_marker(tag, {"step": 2, "losses": [1.0, 1.0], "world_size": 2})
+    assert main([str(plan), "--resume-if-any", "--dry-run"]) == 0
+    assert "--resume" in capsys.readouterr().out
+    assert main([str(plan), "--resume-if-any", "--resume"]) == 2
