@@ -299,7 +299,7 @@ def tensor_bytes(model) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True)
     ap.add_argument("--model-config", required=True, help="an HF config JSON (benchmarks/model_configs/...)")
     ap.add_argument("--mode", choices=("steps", "e2e"), default="steps")

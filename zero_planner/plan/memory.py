@@ -954,8 +954,28 @@ def host_memory(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: i
     if on_cpu:
         module_storage = 0
     host_phases = host_phase_peaks(strategy, workload, parts=parts, staging=staging, module_storage=module_storage,
-                                   module_file=module_file, W=W, P=P)  # fmt: skip
+                                   module_file=module_file, W=W, P=P,
+                                   random_base=0 if on_cpu else qlora_random_base_bytes(spec, workload))  # fmt: skip
     return host, host_phases
+
+
+def qlora_random_base_bytes(spec: ModelSpec, workload: Workload) -> int:
+    """Returns the host bytes local rank 0 holds at once while it builds a QLoRA run's random base (0 for other runs).
+
+    bitsandbytes quantises while from_pretrained reads a file, so a model given only as a config is first built
+    whole on the CPU in the compute dtype and written (modeling.build_qlora_base): w bytes per parameter, plus the
+    tied LM head, which from_config allocates before tying it (w V H). from_pretrained then moves each weight to
+    the GPU before quantising it (transformers integrations/bitsandbytes.py), holding no second host copy; the file
+    it maps shows as page cache, not anonymous memory. Measured step by step on one H100 (benchmarks/
+    qlora_host_probe.py, 2026-12-06, transformers 5.17 and 5.24): Llama 3.2 1B 1.03 GiB of imports and CUDA + 2.30
+    (w N) + 0.49 (w V H) = 3.82 at the build, from_pretrained 3.40 (file pages); Qwen2.5-0.5B 2.21 (2.20 so
+    counted). zero-run's load phase of those runs (phases-r2/r5/r5b, H100): Llama 3.2 1B 3.82 and 4.16 GiB, Qwen3-4B
+    9.58, against 3.89 and 9.31 with RSS_AT_DATA_BYTES as the process."""
+    if workload.method != "qlora" or workload.pretrained:
+        return 0
+    w = 4 if workload.precision == "fp32" else 2
+    head = w * spec.vocab_size * spec.hidden_size if spec.tie_word_embeddings else 0
+    return w * spec.num_params + head
 
 
 def module_checkpoint_bytes(spec: ModelSpec, strategy: Strategy, workload: Workload, *, W: int,
@@ -1198,7 +1218,7 @@ memory and written one at a time."""
 
 
 def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts, staging: int, module_storage: int,
-                     module_file: int, W: int, P: int) -> dict[str, int]:
+                     module_file: int, W: int, P: int, random_base: int = 0) -> dict[str, int]:
     """Returns host bytes per node at the peak of initialize (ZeRO-3 with parameters on the GPU), train, save,
     export and resume (every local rank's process; the first node's, which holds rank 0), and load where a
     user's dataset is counted (Workload.data_peak_bytes: every rank tokenizes and packs it before the model).
@@ -1206,7 +1226,8 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     parts: one rank's process and offloaded states (host_parts); staging: what each rank holds at once while it
     saves its optimizer state (checkpoint_staging_bytes); module_storage: the largest storage of the module's
     file, which rank 0 alone saves; module_file: the bytes of the module's checkpoint file, read whole on
-    resume; W: the weights' stored bytes; P: trainable parameters.
+    resume; W: the weights' stored bytes; P: trainable parameters; random_base: what local rank 0 holds while it
+    builds a QLoRA run's random base (qlora_random_base_bytes), in the load phase.
     save: every rank stages its own optimizer state at once; rank 0 saves the module's file too, a storage at
     a time, before its optimizer state, so it holds the larger of the two. Measured per phase with zero-run
     (benchmarks/phases.py, RSS peak per phase, Qwen2.5-0.5B every strategy, GPT-2 medium fp16, Llama 3.2 1B
@@ -1257,9 +1278,14 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
         resume = parts.process_at_initialize + max(weights16, states)
     save = held * g + max(staging, module_storage) + staging * (g - 1)
     phases = {"train": (held + parts.step_transient) * g, "save": save, "export": held * g + export, "resume": resume * g}
-    if workload.data_peak_bytes:
+    load = (parts.process_at_data + workload.data_peak_bytes) * g if workload.data_peak_bytes else 0
+    if random_base:
+        # QLoRA of a config: local rank 0 builds the random 16-bit base on the host while the others wait
+        # (qlora_random_base_bytes), after every rank has packed its data (held: Workload.data_bytes).
+        load = max(load, (parts.process_at_data + workload.data_bytes) * g + random_base)
+    if load:
         # every rank packs its data before it builds the model: the process then, and the data's peak
-        phases = {"load": (parts.process_at_data + workload.data_peak_bytes) * g, **phases}
+        phases = {"load": load, **phases}
     if parts.defragment and strategy.offload_optimizer == "none":
         # (With the optimizer offloaded its states, created during initialize and the first step, are larger.)
         phases = {"initialize": parts.defragment * g, **phases}
