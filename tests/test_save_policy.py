@@ -161,6 +161,34 @@ def test_preflight_counts_the_resume_step_and_qlora_scratch(tmp_path):
     assert preflight.preflight(plan, short, output_dir=str(tmp_path), start_step=90) == []
 
 
+@pytest.mark.parametrize("num_bytes, text", [(0, "0.00 MiB"), (300 * 2**10, "0.29 MiB"), (22 * 2**20, "22 MiB"),
+                                             (2**30 - 1, "1024 MiB"), (2**30, "1.0 GiB"), (int(12.34 * 2**30), "12.3 GiB")])
+def test_sizes_are_written_in_the_unit_that_shows_them(num_bytes, text):
+    assert saves.size_text(num_bytes) == text
+
+
+def test_a_small_run_says_mib_not_zero_gib():
+    plan = make_plan("2", max_steps=4, save_every=2, params=500_000)
+    line = disk_problem(plan, 10 * 2**20, output_dir="out")
+    assert "0.0 GiB" not in line and "MiB" in line and "10 MiB is free" in line
+
+
+@pytest.mark.parametrize("existing, limit, saves_left, new", [(2, 2, 5, 1), (1, 2, 5, 2), (0, 2, 5, 3), (3, 1, 5, 1),
+                                                               (2, 2, 1, 1), (0, 2, 1, 1)])
+def test_a_resume_counts_the_checkpoints_already_there_as_pruned(existing, limit, saves_left, new):
+    need = saves.disk_need(10**6, 10**6, "bf16", save_every=10, max_steps=10 * saves_left, save_total_limit=limit,
+                           existing_checkpoints=existing)  # fmt: skip
+    assert need.checkpoints == new
+
+
+def test_a_resume_that_fits_once_older_checkpoints_are_pruned_is_not_refused(tmp_path):
+    plan = seven_b_plan(max_steps=100, save_every=10, save_total_limit=2)
+    one = plan.model.params * 14
+    free = one + plan.model.params * 2  # one more checkpoint and the export; two are on disk already
+    assert disk_problem(plan, free, output_dir="out", start_step=50, existing_checkpoints=2) is None
+    assert disk_problem(plan, free, output_dir="out", start_step=50) is not None  # counting none there
+
+
 def test_zero_run_refuses_in_one_line_then_runs_with_the_setting_named(tmp_path, monkeypatch, capsys):
     spawned = []
     monkeypatch.setattr(launcher, "spawn", lambda argv, env, **kw: (spawned.append(argv), (0, 0))[1])

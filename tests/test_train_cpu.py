@@ -52,6 +52,48 @@ def test_incomplete_and_corrupt_checkpoints_are_skipped(tmp_path):
     assert ckpt.read_state(usable[0][1]) == {"step": 3, "losses": [1.0] * 3, "world_size": 2}
 
 
+def test_same_size_corruption_is_found_by_the_checksum_only_when_asked(tmp_path):
+    fake_checkpoint(tmp_path, 3)
+    damaged = fake_checkpoint(tmp_path, 6)
+    (damaged / "mp_rank_00_model_states.pt").write_bytes(b"z" * 100)  # the same size, other bytes
+    assert [s for s, _ in ckpt.usable_checkpoints(tmp_path)] == [6, 3]  # sizes only: listing, pruning
+    warnings = []
+    assert [s for s, _ in ckpt.usable_checkpoints(tmp_path, warn=warnings.append, checksums=True)] == [3]
+    assert "step6 is corrupt (mp_rank_00_model_states.pt does not have the content" in warnings[0]
+
+
+def test_markers_written_before_checksums_are_checked_by_size(tmp_path):
+    tag = fake_checkpoint(tmp_path, 2)
+    marker = json.loads((tag / ckpt.MARKER).read_text())
+    marker["manifest"] = {name: entry["bytes"] for name, entry in marker["manifest"].items()}
+    (tag / ckpt.MARKER).write_text(json.dumps(marker))
+    assert ckpt.problem(tag) is None
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x" * 99)
+    assert "has 99 bytes, 100 were written" in ckpt.problem(tag)
+
+
+def test_an_export_is_whole_or_absent(tmp_path):
+    from safetensors.torch import save_file
+    import torch
+
+    final = tmp_path / "final"
+    assert ckpt.export_problem(final) == "missing"
+    staging = ckpt.start_export(final)
+    save_file({"w": torch.zeros(64, 64)}, str(staging / "model.safetensors"))
+    assert ckpt.safetensors_keys(staging / "model.safetensors") == ["w"]
+    assert ckpt.export_problem(final) == "missing"  # not in place until finished
+    ckpt.finish_export(staging, final, {"step": 4})
+    assert ckpt.export_problem(final) is None and not staging.exists()
+    data = (final / "model.safetensors").read_bytes()
+    (final / "model.safetensors").write_bytes(data[:-100])
+    assert "model.safetensors has" in ckpt.export_problem(final)
+    with pytest.raises(ValueError, match="cut short"):
+        ckpt.safetensors_keys(final / "model.safetensors")
+    (final / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="no safetensors header"):
+        ckpt.safetensors_keys(final / "model.safetensors")
+
+
 def test_prune_keeps_the_newest_complete_ones(tmp_path):
     for step in (2, 4, 6):
         fake_checkpoint(tmp_path, step)
