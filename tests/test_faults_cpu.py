@@ -391,3 +391,29 @@ def test_resume_if_any_starts_over_or_continues(tmp_path, capsys):
     assert main([str(plan), "--resume-if-any", "--dry-run"]) == 0
     assert "--resume" in capsys.readouterr().out
     assert main([str(plan), "--resume-if-any", "--resume"]) == 2
+
+
+# --- Ctrl-C, then the command zero-run prints ---
+
+
+@pytest.mark.slow
+def test_the_printed_continue_command_resumes_with_every_override(clean_run, tmp_path, capfd):
+    """Interrupted with --output-dir and an override, zero-run prints a command; run as printed, it continues from
+    the checkpoint (not from step 0 in the plan's own folder) with the same override."""
+    import shlex
+
+    plan, clean = clean_run
+    out = tmp_path / "elsewhere"
+    long = write_plan(tmp_path / "plan.json", tmp_path / "plan-dir", max_steps=5000)
+    when(lambda: marked(out, 2), lambda: os.kill(os.getpid(), signal.SIGINT))
+    assert main([str(long), "--output-dir", str(out), "--seed", "1234"]) == 130
+    err = capfd.readouterr().err
+    command = err.split("continue with ")[-1].strip().splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:3] == ["zero-run", str(long), "--resume"] and "--output-dir" in argv and "--seed" in argv
+    stopped = report_of(out)["steps"]
+    assert main([*argv[1:], "--max-steps", str(STEPS)]) == 0
+    out_text = capfd.readouterr().out
+    assert f"resumed from {out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(stopped)}" in out_text
+    assert not (tmp_path / "plan-dir").exists()
+    assert losses_of(out) == pytest.approx(clean, abs=1e-5)

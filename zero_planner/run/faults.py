@@ -80,12 +80,13 @@ def classify(error: BaseException, *, phase: str, step: int, output_dir: Path, r
                            "stopped first: its error, if any, is above)")  # fmt: skip
     if isinstance(error, ExportBroken):
         return "export-broken", f"the export at step {step} does not read back: {error}"
-    writing = phase in ("save", "export")
+    writing = phase in ("save", "export", "report")
     os_errno = error.errno if isinstance(error, OSError) else None
     if not writing and os_errno is None:
         return None
     free, not_writable = disk_state(Path(output_dir))
-    where = "saving the checkpoint" if phase == "save" else "exporting the model" if phase == "export" else phase
+    where = {"save": "saving the checkpoint", "export": "exporting the model",
+             "report": "writing run_report.json"}.get(phase, f"the {phase} phase")  # fmt: skip
     need = next_save_bytes if phase == "save" else None
     if os_errno in (errno.EROFS, errno.EACCES, errno.EPERM) or (not_writable and os_errno != errno.ENOSPC):
         why = not_writable or os.strerror(os_errno)

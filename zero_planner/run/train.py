@@ -821,6 +821,8 @@ def _write_run_page(output_dir: Path, report: dict[str, Any], console) -> None:
         write_page(report, output_dir / PAGE_NAME)
     except Exception as error:  # noqa: BLE001 - the run's results are safe in run_report.json
         console.print(f"[yellow]warning:[/] could not draw {output_dir / PAGE_NAME}: {error}")
+    else:
+        console.print(f"report: {output_dir / 'run_report.json'} (picture: {output_dir / PAGE_NAME})")
 
 
 def check_same_run(plan: Plan, ranks: Ranks) -> None:
