@@ -128,13 +128,14 @@ def test_each_node_runs_zero_run_with_its_node_rank(gpu_plan_file, tmp_path):
 
 def test_node_command_repeats_the_run_options(plan_file, tmp_path, capsys):
     path = plan_file(gpu="cpu", nodes=2, gpus_per_node=1)
-    text = script_of(capsys, str(path), "--max-steps", "7", "--resume", "--output-dir", "out", "--seed", "3",
+    # --resume-if-any: a requeued job continues; --resume with nothing to resume yet is refused at once
+    text = script_of(capsys, str(path), "--max-steps", "7", "--resume-if-any", "--output-dir", "out", "--seed", "3",
                      "--master-port", "29555", "--master-wait", "60")  # fmt: skip
     assert "--gres" not in text  # CPU processes: no GPUs asked for
     assert 'export MASTER_PORT="29555"' in text
     inner = shlex.split(text.splitlines()[-1])[-1]
     assert inner == (f"exec {shlex.join([sys.executable, '-m', 'zero_planner.launch', str(path)])} --output-dir "
-                     f"{Path('out').absolute()} --max-steps 7 --resume --master-wait 60 --seed 3 "
+                     f"{Path('out').absolute()} --max-steps 7 --resume-if-any --master-wait 60 --seed 3 "
                      '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"')  # fmt: skip
 
 

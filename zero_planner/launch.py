@@ -357,13 +357,14 @@ def _explain_exit(rc: int, signals: int, output_dir: str, args: argparse.Namespa
         return rc if rc > 0 else 1
     fault = faults.read_fault(Path(output_dir), *([Path(fault_dir)] if fault_dir else []))
     kept = faults.kept_text(Path(output_dir), save=save, adapters=adapters)
-    go_on = f"continue with: {resume}" if save == "steps" else f"run again: {continue_command(args, overrides)}".replace(
-        " --resume", "")  # fmt: skip
+    resumable = save == "steps" and resume_step(output_dir) > 0
+    again = shlex.join([a for a in shlex.split(continue_command(args, overrides)) if a != "--resume"])
+    go_on = f"continue with: {resume}" if resumable else f"run again: {again}"
     if fault is not None:
         print(f"zero-run: {fault['message']}; {kept}; {go_on}", file=sys.stderr)
         return rc if rc > 0 else 1
-    print(f"zero-run: a rank stopped without a word (killed? out of host memory? launcher status {rc}; any error is "
-          f"above); {kept}; {go_on}", file=sys.stderr)  # fmt: skip
+    print(f"zero-run: a rank failed (launcher status {rc}): its error is above, or none if it was killed (out of "
+          f"host memory?); {kept}; {go_on}", file=sys.stderr)  # fmt: skip
     return rc if rc > 0 else 1
 
 

@@ -969,8 +969,9 @@ def qlora_random_base_bytes(spec: ModelSpec, workload: Workload) -> int:
     it maps shows as page cache, not anonymous memory. Measured step by step on one H100 (benchmarks/
     qlora_host_probe.py, 2026-12-06, transformers 5.17 and 5.24): Llama 3.2 1B 1.03 GiB of imports and CUDA + 2.30
     (w N) + 0.49 (w V H) = 3.82 at the build, from_pretrained 3.40 (file pages); Qwen2.5-0.5B 2.21 (2.20 so
-    counted). zero-run's load phase of those runs (phases-r2/r5/r5b, H100): Llama 3.2 1B 3.82 and 4.16 GiB, Qwen3-4B
-    9.58, against 3.89 and 9.31 with RSS_AT_DATA_BYTES as the process."""
+    counted). zero-run's load phase (H100, RSS_AT_QLORA_BUILD_BYTES as the process): Llama 3.2 1B 4.16 GiB (phases-r5;
+    3.82 in r2) against 4.15 predicted, Qwen3-4B 9.58 against 9.57, Gemma 2 2B 7.32 against 7.33, Qwen2.5-1.5B 4.66
+    against 4.67 (the last two predicted at 7.07 and 4.41 before they ran, with the data phase's process)."""
     if workload.method != "qlora" or workload.pretrained:
         return 0
     w = 4 if workload.precision == "fp32" else 2
@@ -1282,7 +1283,8 @@ def host_phase_peaks(strategy: Strategy, workload: Workload, *, parts: HostParts
     if random_base:
         # QLoRA of a config: local rank 0 builds the random 16-bit base on the host while the others wait
         # (qlora_random_base_bytes), after every rank has packed its data (held: Workload.data_bytes).
-        load = max(load, (parts.process_at_data + workload.data_bytes) * g + random_base)
+        load = max(load, (parts.process_at_data + workload.data_bytes) * g + random_base
+                   + RSS_AT_QLORA_BUILD_BYTES - parts.process_at_data)  # rank 0's process at its build
     if load:
         # every rank packs its data before it builds the model: the process then, and the data's peak
         phases = {"load": load, **phases}
@@ -1311,6 +1313,15 @@ RSS_AT_ZERO3_INIT_BYTES = int(1.55 * GiB)
 # 2B over 4,000 prompt/response rows 1.09 and 1.08 (benchmarks/zero_run/*user-data-20k*, *user-llamafactory*-28b).
 # The process after initialize (RSS_AT_ZERO3_INIT_BYTES) counted in its place over-predicted those peaks by 20-34%.
 RSS_AT_DATA_BYTES = int(1.10 * GiB)
+
+
+# The process of local rank 0 when it builds a QLoRA run's random 16-bit base (qlora_random_base_bytes): torch,
+# transformers, datasets, deepspeed and bitsandbytes imported, the process group up, the tokenizer and the data
+# loaded, CUDA initialised. Measured as zero-run's load-phase peak RSS less w N + w V H on one H100 (transformers
+# 5.17, bitsandbytes 0.50.2): Gemma 2 2B 1.35 GiB and Qwen2.5-1.5B 1.35 (qlora-host-load-h100-2026-12-06, predicted
+# beforehand with RSS_AT_DATA_BYTES in its place: -3.4% and -5.3%), Qwen3-4B 1.37 (phases-r5b), Llama 3.2 1B 1.37
+# (phases-r5; 1.03 in phases-r2, before the k-bit preparation stopped upcasting).
+RSS_AT_QLORA_BUILD_BYTES = int(1.36 * GiB)
 
 
 def data_process_bytes(cpu: bool) -> int:
