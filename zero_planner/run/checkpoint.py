@@ -90,17 +90,25 @@ def problem(tag_dir: Path, *, checksums: bool = True) -> str | None:
 
     Markers written before checksums (a manifest of plain sizes) are checked by size. `checksums` False: sizes
     only (listing checkpoints, pruning); the content is read where a checkpoint is about to be resumed from."""
-    marker = tag_dir / MARKER
+    return _marked_problem(tag_dir, MARKER, "incomplete (no completion marker: the save was cut short)",
+                           "corrupt completion marker", checksums=checksums)  # fmt: skip
+
+
+def _marked_problem(folder: Path, marker_name: str, unmarked: str, unreadable: str, *,
+                    checksums: bool) -> str | None:  # fmt: skip
+    """Returns why `folder` does not hold what its marker's manifest lists (`unmarked` without a marker,
+    `unreadable` for a marker that does not parse), else None; checksums compared where recorded and asked."""
+    marker = folder / marker_name
     if not marker.exists():
-        return "incomplete (no completion marker: the save was cut short)"
+        return unmarked
     try:
         record = json.loads(marker.read_text())
     except (OSError, json.JSONDecodeError):
-        return "corrupt completion marker"
+        return unreadable
     for name, entry in record.get("manifest", {}).items():
         size, digest = (entry, None) if isinstance(entry, int) else (entry.get("bytes"), entry.get(CHECKSUM))
-        path = tag_dir / name
-        if not path.exists():
+        path = folder / name
+        if not path.is_file():
             return f"corrupt ({name} is missing)"
         if path.stat().st_size != size:
             return f"corrupt ({name} has {path.stat().st_size} bytes, {size} were written)"
@@ -212,20 +220,9 @@ def export_problem(final_dir: Path) -> str | None:
     An export written before markers existed counts as unmarked (a --resume writes it again)."""
     if not final_dir.is_dir():
         return "missing"
-    marker = final_dir / EXPORT_MARKER
-    if not marker.exists():
-        return "incomplete (no export marker: the export was cut short or predates markers)"
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
-        return "corrupt export marker"
-    for name, entry in record.get("manifest", {}).items():
-        path = final_dir / name
-        if not path.is_file():
-            return f"corrupt ({name} is missing)"
-        if path.stat().st_size != entry.get("bytes"):
-            return f"corrupt ({name} has {path.stat().st_size} bytes, {entry.get('bytes')} were written)"
-    return None
+    return _marked_problem(final_dir, EXPORT_MARKER,
+                           "incomplete (no export marker: the export was cut short or predates markers)",
+                           "corrupt export marker", checksums=False)  # fmt: skip
 
 
 def safetensors_keys(path: Path) -> list[str]:
