@@ -498,3 +498,10 @@ def test_a_host_bound_pick_states_the_error_of_host_bound_runs(tmp_path, capsys)
     assert f"up to {largest:.0%}; not a measurement" in text
     # --explain gives both
     assert f"±{gpu_median:.0%}, up to {gpu_largest:.0%}, where the GPU's work sets the pace" in text
+
+
+@pytest.mark.parametrize("argv, named", [(["--cpu-mem", "-5GiB"], "'-5GiB'"), (["--seq-len", "-8"], "-8")])
+def test_a_negative_value_is_named_not_read_as_a_missing_argument(argv, named, capsys):
+    assert main(["--model", "llama-tiny", "--gpus", "cpu:2", *argv]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "expected one argument" not in err and len(err.strip().splitlines()) == 1

@@ -50,6 +50,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         raise InputError(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        import sys as _sys
+
+        from zero_planner.errors import negative_values_joined
+
+        return super().parse_known_args(negative_values_joined(self, _sys.argv[1:] if args is None else args),
+                                        namespace)  # fmt: skip
+
 
 def _micro_batch(text: str) -> int | None:
     if text.strip().lower() == "auto":

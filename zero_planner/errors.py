@@ -37,3 +37,23 @@ def read_mapping(path: str | Path, where: str, parse: Callable[[str], Any], pars
     if not isinstance(data, dict):
         raise InputError(f"{where} is not {expected}")
     return data
+
+
+def negative_values_joined(parser, argv):
+    """Returns `argv` with each value that looks like a negative number or size (`--cpu-mem -5GiB`, `--lr -1`)
+    joined to its option (`--cpu-mem=-5GiB`), so that argparse hands it to the option's type, which names the bad
+    value, instead of reading it as an unknown option and saying the option lacks its argument."""
+    import re
+
+    takes_value = {s for a in parser._actions if a.option_strings and a.nargs is None and a.const is None
+                   for s in a.option_strings}  # fmt: skip
+    out, args, i = [], list(argv), 0
+    while i < len(args):
+        token = args[i]
+        if token in takes_value and i + 1 < len(args) and re.match(r"^-[\d.]", args[i + 1]):
+            out.append(f"{token}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
