@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from zero_planner.errors import InputError, closest
+from zero_planner.errors import InputError, InputErrorParser, closest
 from zero_planner.hardware import GPU_SPEC_FORMS, parse_gpus
 from zero_planner.planfile import Plan, plan_json, save_plan
 from zero_planner.run.training_args import (
@@ -44,19 +44,7 @@ EXPORT_CHOICES = ("hf-trainer", "accelerate", "axolotl", "llamafactory", "trl")
 TASK_CHOICES = ("causal-lm", "seq-cls")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError instead of printing usage and exiting, so main() prints one line."""
-
-    def error(self, message: str):
-        raise InputError(message)
-
-    def parse_known_args(self, args=None, namespace=None):
-        import sys as _sys
-
-        from zero_planner.errors import negative_values_joined
-
-        return super().parse_known_args(negative_values_joined(self, _sys.argv[1:] if args is None else args),
-                                        namespace)  # fmt: skip
+_Parser = InputErrorParser
 
 
 def _micro_batch(text: str) -> int | None:

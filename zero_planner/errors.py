@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import difflib
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,18 @@ def read_mapping(path: str | Path, where: str, parse: Callable[[str], Any], pars
     if not isinstance(data, dict):
         raise InputError(f"{where} is not {expected}")
     return data
+
+
+class InputErrorParser(argparse.ArgumentParser):
+    """argparse that raises InputError (one line, exit 2) instead of printing the long usage and exiting, and hands
+    a value that looks like a negative number to its option's type (negative_values_joined)."""
+
+    def error(self, message: str):
+        raise InputError(message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        argv = sys.argv[1:] if args is None else args
+        return super().parse_known_args(negative_values_joined(self, argv), namespace)
 
 
 def negative_values_joined(parser, argv):

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from zero_planner.errors import InputError
+from zero_planner.errors import InputError, InputErrorParser
 from zero_planner.plan import saves
 from zero_planner.plan.command import CONFIG_FLAGS, DEFAULT_MASTER_PORT, build_launch, ds_config_path
 from zero_planner.planfile import load_plan
@@ -61,19 +61,7 @@ def parse_hostfile(text: str) -> list[tuple[str, int]]:
     return hosts
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError (one line, exit 2) instead of printing the long usage."""
-
-    def error(self, message: str):
-        raise InputError(message)
-
-    def parse_known_args(self, args=None, namespace=None):
-        import sys as _sys
-
-        from zero_planner.errors import negative_values_joined
-
-        return super().parse_known_args(negative_values_joined(self, _sys.argv[1:] if args is None else args),
-                                        namespace)  # fmt: skip
+_Parser = InputErrorParser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,13 +216,13 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
                             say=lambda line: print(f"zero-run: note: {line}", file=sys.stderr))  # fmt: skip
     except OSError as error:
         raise InputError(f"cannot write under --output-dir {output_dir!r}: {error.strerror}") from None
+    fault_dir = tempfile.mkdtemp(prefix="zero-run-faults-")
     try:
         for stale in [*Path(output_dir).glob("oom_rank*.json"), *Path(output_dir).glob(f"{faults.FAULT_PREFIX}*.json")]:
             stale.unlink()
         if args.script is not None:
             Path(ds_config_path(plan, output_dir)).write_text(json.dumps(plan.deepspeed_config, indent=2) + "\n")
         print(f"zero-run: {shown}", flush=True)
-        fault_dir = tempfile.mkdtemp(prefix="zero-run-faults-")
         rc, signals = launcher.spawn(argv, {**env, faults.FAULT_DIR_ENV: fault_dir}, multi_node=bool(args.hostfile),
                                      node_launcher=per_node, heartbeat=held.refresh,
                                      heartbeat_s=lock.REFRESH_S)  # fmt: skip
@@ -243,8 +231,7 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
                              fault_dir=fault_dir)  # fmt: skip
     finally:
         held.release()
-        if "fault_dir" in locals():
-            shutil.rmtree(fault_dir, ignore_errors=True)
+        shutil.rmtree(fault_dir, ignore_errors=True)
 
 
 def check_deepspeed_config(plan, path: str) -> None:

@@ -149,9 +149,10 @@ def run_disk_bytes(num_params: int, num_trainable_params: int, precision: str, *
 def size_text(num_bytes: int | float) -> str:
     """Returns a size in the unit that shows it: '640 MiB' below 1 GiB (where '0.6 GiB' reads as nothing and
     '0.0 GiB' as empty), '12.3 GiB' above. 2**20 is MiB, 2**30 GiB."""
-    if num_bytes < 2**30:
-        return f"{max(num_bytes, 0) / 2**20:.0f} MiB" if num_bytes >= 2**20 else f"{max(num_bytes, 0) / 2**20:.2f} MiB"
-    return f"{num_bytes / 2**30:.1f} GiB"
+    if num_bytes >= 2**30:
+        return f"{num_bytes / 2**30:.1f} GiB"
+    mib = max(num_bytes, 0) / 2**20
+    return f"{mib:.0f} MiB" if mib >= 1 else f"{mib:.2f} MiB"
 
 
 def save_summary(save: str, save_every: int, save_total_limit: int, *, adapters: bool = False) -> str:

@@ -66,15 +66,14 @@ def manifest(tag_dir: Path, *, checksums: bool = True) -> dict[str, Any]:
     return out
 
 
-def write_marker(tag_dir: Path, state: dict[str, Any]) -> float:
+def write_marker(tag_dir: Path, state: dict[str, Any]) -> None:
     """Writes the completion marker (state + manifest with checksums) atomically; call once all ranks have saved.
-    Returns the seconds the checksums took (recorded in the marker as checksum_s: their cost beside the save)."""
+    The seconds the checksums took are recorded as checksum_s: their cost beside the save."""
     start = time.perf_counter()
     files = manifest(tag_dir)
     seconds = time.perf_counter() - start
     write_json_atomic(tag_dir / MARKER, {**state, "checksum": CHECKSUM, "checksum_s": round(seconds, 3),
                                          "manifest": files})  # fmt: skip
-    return seconds
 
 
 def clear_marker(tag_dir: Path) -> None:
