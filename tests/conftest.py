@@ -176,6 +176,39 @@ def heavy_modules_after(code: str) -> list[str]:
 
 
 
+def pytest_collection_modifyitems(config, items):
+    """Orders the tests for pytest-xdist's --dist loadscope --no-loadscope-reorder (pyproject's addopts).
+
+    A unit of work is what loadscope makes one: a test file's functions, or one class's methods. So a file's module
+    fixtures are built once per unit, and a file whose real launches would queue on one worker splits itself into
+    classes (test_faults_cpu, whose classes share one clean run through shared_once). Units with real launches
+    (slow) go first, the most first: one started last would leave the other worker idle at the end. (xdist 3.8's
+    --dist loadgroup groups nothing under pytest 9, which keeps a node's id elsewhere than xdist writes it.)"""
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)  # xdist's LoadScopeScheduling._split_scope
+    launches = {name: sum(1 for item in members if item.get_closest_marker("slow")) for name, members in units.items()}
+    items[:] = [item for name in sorted(units, key=lambda name: -launches[name]) for item in units[name]]
+
+
+def shared_once(tmp_path_factory, name: str, build):
+    """Returns build(folder)'s JSON-able result, built once per pytest session whichever xdist worker asks first
+    (the others wait on a file lock and read it): for a run several units of work compare against."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, not pytest-of-<user>
+    folder = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        done = folder / "shared_once.json"
+        if done.exists():
+            return json.loads(done.read_text())
+        folder.mkdir(exist_ok=True)
+        result = build(folder)
+        done.write_text(json.dumps(result))
+        return result
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _remove_leaked_deepspeed_shm_buffers():
     """Removes DeepSpeed CPU all-reduce buffers left in /dev/shm by ranks this session killed.

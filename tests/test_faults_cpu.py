@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_plan
+from conftest import make_plan, shared_once
 
 from zero_planner.launch import main
 from zero_planner.planfile import save_plan
@@ -42,15 +42,28 @@ def losses_of(out: Path) -> list[float]:
 
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory):
-    """The plan run straight through STEPS steps: (plan path, its losses)."""
-    root = tmp_path_factory.mktemp("clean")
-    plan = write_plan(root / "plan.json", root / "run")
-    assert main([str(plan)]) == 0
-    return plan, losses_of(root / "run")
+    """The plan run straight through STEPS steps: (plan path, its losses, its output folder), run once for both
+    groups of this file (shared_once). Tests that damage a finished run damage a copy of this folder
+    (copy_of_clean) rather than train again; nothing writes to the folder itself."""
+
+    def build(root: Path) -> list:
+        plan = write_plan(root / "plan.json", root / "run")
+        assert main([str(plan)]) == 0
+        assert not (root / "run" / lock.LOCK_NAME).exists()  # released: a copy is a finished run's folder
+        return [str(plan), losses_of(root / "run"), str(root / "run")]
+
+    plan, losses, out = shared_once(tmp_path_factory, "faults-clean-run", build)
+    return Path(plan), losses, Path(out)
 
 
-def when(condition, then, timeout_s: float = 240.0) -> threading.Thread:
-    """Runs `then()` in a thread as soon as `condition()` holds (polled every 20 ms)."""
+def copy_of_clean(clean_run, where: Path) -> Path:
+    """Returns a copy of the clean run's output folder at `where`: checkpoints step4 and step6 (limit 2), final/."""
+    shutil.copytree(clean_run[2], where, symlinks=True)
+    return where
+
+
+def when(condition, then, timeout_s: float = 240.0, poll_s: float = 0.02) -> threading.Thread:
+    """Runs `then()` in a thread as soon as `condition()` holds (polled every `poll_s`)."""
 
     def watch():
         deadline = time.time() + timeout_s
@@ -58,7 +71,7 @@ def when(condition, then, timeout_s: float = 240.0) -> threading.Thread:
             if condition():
                 then()
                 return
-            time.sleep(0.02)
+            time.sleep(poll_s)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -84,16 +97,10 @@ def assert_loads(final: Path) -> None:
     AutoModelForCausalLM.from_pretrained(final)
 
 
-# --- the final export ---
+# --- the final export (the slow cases are in the classes at the end) ---
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("damage", ["config-emptied", "folder-emptied", "folder-removed"])
-def test_a_lost_export_is_written_again_by_resume(clean_run, tmp_path, damage, capfd):
-    plan, clean = clean_run
-    out = tmp_path / "run"
-    assert main([str(plan), "--output-dir", str(out)]) == 0
-    final = out / "final"
+def damage_export(final: Path, damage: str) -> None:
     if damage == "config-emptied":
         (final / "config.json").write_text("")  # what a disk full during the old, in-place export left
     elif damage == "folder-emptied":
@@ -101,66 +108,25 @@ def test_a_lost_export_is_written_again_by_resume(clean_run, tmp_path, damage, c
             path.unlink()
     else:
         shutil.rmtree(final)
-    capfd.readouterr()
-    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
-    captured = capfd.readouterr()
-    assert "exporting again" in captured.out
-    assert_loads(final)
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
 
 
-@pytest.mark.slow
-def test_a_rank_killed_during_the_export_loses_nothing(clean_run, tmp_path, capfd):
-    plan, clean = clean_run
-    out = tmp_path / "run"
-    staging = ckpt.staging_dir(out / "final")
+@pytest.mark.parametrize("damage", ["config-emptied", "folder-emptied", "folder-removed"])
+def test_a_damaged_export_is_not_taken_for_a_finished_one(tmp_path, damage):
+    """What --resume reads to decide that the export must be written again (the slow test below runs it)."""
+    from safetensors.torch import save_file
+    import torch
 
-    def kill_rank0():
-        import psutil
-
-        for p in psutil.Process().children(recursive=True):
-            if "--local_rank=0" in p.cmdline():
-                p.kill()
-
-    when(lambda: staging.exists(), kill_rank0)
-    rc = main([str(plan), "--output-dir", str(out)])
-    captured = capfd.readouterr()
-    assert rc != 0
-    assert not (out / "final").exists() or ckpt.export_problem(out / "final") is None  # never half an export
-    # Rank 0 says nothing (killed); rank 1, if the launcher has not stopped it first, lost its peer at the barrier.
-    line = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: ") and "--resume" in ln][-1]
-    assert "a rank failed" in line or "lost contact with another rank" in line
-    assert f"checkpoints intact up to step {STEPS}" in line and "--resume" in line and str(out) in line
-    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
-    assert_loads(out / "final")
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+    final = tmp_path / "final"
+    staging = ckpt.start_export(final)
+    save_file({"w": torch.zeros(4, 4)}, str(staging / "model.safetensors"))
+    (staging / "config.json").write_text("{}")
+    ckpt.finish_export(staging, final, {"step": STEPS})
+    assert ckpt.export_problem(final) is None
+    damage_export(final, damage)
+    assert ckpt.export_problem(final) is not None
 
 
 # --- two runs, one folder ---
-
-
-@pytest.mark.slow
-def test_a_second_run_on_the_same_folder_is_refused(clean_run, tmp_path, capfd):
-    plan, clean = clean_run
-    out = tmp_path / "run"
-    second = {}
-
-    def start_second():
-        second["rc"] = subprocess.run(["zero-run", str(plan), "--output-dir", str(out), "--lr", "1e-4"],
-                                      capture_output=True, text=True)  # fmt: skip
-
-    when(lambda: (out / lock.LOCK_NAME).exists(), start_second)
-    rc = main([str(plan), "--output-dir", str(out)])
-    deadline = time.time() + 120
-    while "rc" not in second and time.time() < deadline:
-        time.sleep(0.1)
-    assert rc == 0
-    refused = second["rc"]
-    assert refused.returncode == 2
-    assert "is in use by another zero-run: pid" in refused.stderr and str(os.getpid()) in refused.stderr
-    assert "Traceback" not in refused.stderr
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)  # the first run's, untouched
-    assert not (out / lock.LOCK_NAME).exists()  # released at the end
 
 
 def test_a_stale_lock_is_taken_over_with_a_word(tmp_path, capsys):
@@ -194,53 +160,6 @@ def test_a_lock_from_another_host_is_respected_until_its_heartbeat_stops(tmp_pat
     assert "no heartbeat from other-host" in said[0]
 
 
-# --- checkpoints damaged later ---
-
-
-@pytest.mark.slow
-def test_same_size_corruption_is_never_resumed_from(clean_run, tmp_path, capfd):
-    plan, clean = clean_run
-    out = tmp_path / "run"
-    assert main([str(plan), "--output-dir", str(out), "--max-steps", "4"]) == 0
-    newest = out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(4)
-    model = next(newest.glob("*model_states.pt"))
-    data = bytearray(model.read_bytes())
-    middle = len(data) // 2
-    data[middle : middle + 4096] = bytes(b ^ 0xFF for b in data[middle : middle + 4096])  # same size, other bytes
-    model.write_bytes(bytes(data))
-    capfd.readouterr()
-    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
-    captured = capfd.readouterr()
-    assert "step4 is corrupt" in captured.out and "checksum differs" in captured.out
-    assert "resumed from" in captured.out and "step2" in captured.out
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
-
-
-# --- a dead rank ---
-
-
-@pytest.mark.slow
-def test_a_killed_rank_ends_in_one_line_and_the_resume_matches(clean_run, tmp_path, capfd):
-    plan, clean = clean_run
-    out = tmp_path / "run"
-    slow = write_plan(tmp_path / "plan.json", out, max_steps=STEPS)
-
-    def kill_rank1():
-        for pid in rank_pids():
-            os.kill(pid, signal.SIGKILL)
-
-    when(lambda: marked(out, 2), kill_rank1)
-    rc = main([str(slow), "--lr", "3e-3"])
-    captured = capfd.readouterr()
-    assert rc != 0
-    lines = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: ") and "--resume" in ln]
-    assert lines, captured.err[-2000:]
-    assert "checkpoints intact up to step" in lines[-1] and f"zero-run {slow} --resume --lr 0.003" in lines[-1]
-    assert "Traceback" not in captured.err  # the peer that lost rank 1 says so in one line
-    assert main([str(slow), "--resume"]) == 0
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
-
-
 # --- the disk fills ---
 
 
@@ -267,37 +186,6 @@ def fill(folder: Path, leave_bytes: int) -> None:
     with open(folder / "filler", "wb") as f:
         f.truncate(0)
         os.posix_fallocate(f.fileno(), 0, max(free - leave_bytes, 0))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("when_full", ["save", "export"])
-def test_disk_full_keeps_the_checkpoints_and_says_what_is_needed(clean_run, tmp_path, small_disk, capfd, when_full):
-    plan, clean = clean_run
-    out = small_disk / "run"
-    if when_full == "save":
-        # Full once step 2 is saved: the save of step 4 fails.
-        step = 2
-        when(lambda: marked(out, 2), lambda: fill(small_disk, 64 * 1024))
-    else:
-        # Once step 4 is saved, room for one more checkpoint (no pruning: limit 10) and not for the export after it.
-        step = STEPS
-        plan = write_plan(tmp_path / "plan-keep.json", out, save_total_limit=10)
-        when(lambda: marked(out, 4), lambda: fill(small_disk, disk_bytes(out / ckpt.CHECKPOINTS_DIR / "step4") + 2**19))
-    rc = main([str(plan), "--output-dir", str(out)])
-    captured = capfd.readouterr()
-    assert rc != 0
-    line = [ln for ln in captured.err.splitlines() if "filled while" in ln][-1]
-    what = "saving the checkpoint" if when_full == "save" else "exporting the model"
-    assert what in line and f"checkpoints intact up to step {step}" in line and "--resume" in line
-    if when_full == "save":
-        assert "the next save needs about" in line
-    assert "Traceback" not in captured.err
-    assert ckpt.problem(out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(step)) is None
-    assert not (out / "final").exists()  # no half export in its place
-    (small_disk / "filler").unlink()
-    assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
-    assert_loads(out / "final")
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
 
 
 def test_a_read_only_output_folder_is_refused_before_launch(tmp_path, capsys, monkeypatch):
@@ -393,27 +281,193 @@ def test_resume_if_any_starts_over_or_continues(tmp_path, capsys):
     assert main([str(plan), "--resume-if-any", "--resume"]) == 2
 
 
-# --- Ctrl-C, then the command zero-run prints ---
+# --- the slow cases: two classes, two units of work for pytest-xdist (--dist loadscope), one clean run ---
 
 
-@pytest.mark.slow
-def test_the_printed_continue_command_resumes_with_every_override(clean_run, tmp_path, capfd):
-    """Interrupted with --output-dir and an override, zero-run prints a command; run as printed, it continues from
-    the checkpoint (not from step 0 in the plan's own folder) with the same override."""
-    import shlex
+class TestExportAndFolder:
+    """The final export lost, cut or killed, a second run on the folder, a checkpoint damaged later."""
 
-    plan, clean = clean_run
-    out = tmp_path / "elsewhere"
-    long = write_plan(tmp_path / "plan.json", tmp_path / "plan-dir", max_steps=5000)
-    when(lambda: marked(out, 2), lambda: os.kill(os.getpid(), signal.SIGINT))
-    assert main([str(long), "--output-dir", str(out), "--seed", "1234"]) == 130
-    err = capfd.readouterr().err
-    command = err.split("continue with ")[-1].strip().splitlines()[0]
-    argv = shlex.split(command)
-    assert argv[:3] == ["zero-run", str(long), "--resume"] and "--output-dir" in argv and "--seed" in argv
-    stopped = report_of(out)["steps"]
-    assert main([*argv[1:], "--max-steps", str(STEPS)]) == 0
-    out_text = capfd.readouterr().out
-    assert f"resumed from {out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(stopped)}" in out_text
-    assert not (tmp_path / "plan-dir").exists()
-    assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+    @pytest.mark.slow
+    @pytest.mark.parametrize("damage", ["config-emptied", "folder-removed"])  # the folder there, or not
+    def test_a_lost_export_is_written_again_by_resume(self, clean_run, tmp_path, damage, capfd):
+        plan, clean, _ = clean_run
+        out = copy_of_clean(clean_run, tmp_path / "run")
+        final = out / "final"
+        damage_export(final, damage)
+        capfd.readouterr()
+        assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+        captured = capfd.readouterr()
+        assert "exporting again" in captured.out
+        assert_loads(final)
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+    @pytest.mark.slow
+    def test_a_rank_killed_during_the_export_loses_nothing(self, clean_run, tmp_path, capfd):
+        plan, clean, _ = clean_run
+        out = tmp_path / "run"
+        staging = ckpt.staging_dir(out / "final")
+
+        # The export of llama-tiny takes tens of milliseconds: rank 0's pid is found once its first checkpoint is
+        # marked, so the kill follows the staging folder's appearance within about a millisecond.
+        rank0, killed = [], {}
+
+        def find_rank0():
+            import psutil
+
+            rank0.extend(p.pid for p in psutil.Process().children(recursive=True) if "--local_rank=0" in p.cmdline())
+            when(lambda: staging.exists(), kill_rank0, poll_s=0.001)
+
+        def kill_rank0():
+            for pid in rank0:
+                os.kill(pid, signal.SIGKILL)
+            killed["export_was_in_place"] = (out / "final").exists()
+
+        when(lambda: marked(out, 2), find_rank0)
+        rc = main([str(plan), "--output-dir", str(out)])
+        captured = capfd.readouterr()
+        assert rank0 and killed == {"export_was_in_place": False}, killed  # killed mid-export, not after it
+        assert rc != 0
+        assert not (out / "final").exists() or ckpt.export_problem(out / "final") is None  # never half an export
+        # Rank 0 says nothing (killed); rank 1, if the launcher has not stopped it first, lost its peer at the barrier.
+        line = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: ") and "--resume" in ln][-1]
+        assert "a rank failed" in line or "lost contact with another rank" in line
+        assert f"checkpoints intact up to step {STEPS}" in line and "--resume" in line and str(out) in line
+        assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+        assert_loads(out / "final")
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+    @pytest.mark.slow
+    def test_a_second_run_on_the_same_folder_is_refused(self, clean_run, tmp_path, capfd):
+        plan, clean, _ = clean_run
+        out = tmp_path / "run"
+        second = {}
+
+        def start_second():
+            second["rc"] = subprocess.run(["zero-run", str(plan), "--output-dir", str(out), "--lr", "1e-4"],
+                                          capture_output=True, text=True)  # fmt: skip
+
+        when(lambda: (out / lock.LOCK_NAME).exists(), start_second)
+        rc = main([str(plan), "--output-dir", str(out)])
+        deadline = time.time() + 120
+        while "rc" not in second and time.time() < deadline:
+            time.sleep(0.1)
+        assert rc == 0
+        refused = second["rc"]
+        assert refused.returncode == 2
+        assert "is in use by another zero-run: pid" in refused.stderr and str(os.getpid()) in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)  # the first run's, untouched
+        assert not (out / lock.LOCK_NAME).exists()  # released at the end
+
+    @pytest.mark.slow
+    def test_same_size_corruption_is_never_resumed_from(self, clean_run, tmp_path, capfd):
+        plan, clean, _ = clean_run
+        out = copy_of_clean(clean_run, tmp_path / "run")
+        newest = out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(STEPS)
+        model = next(newest.glob("*model_states.pt"))
+        data = bytearray(model.read_bytes())
+        middle = len(data) // 2
+        data[middle : middle + 4096] = bytes(b ^ 0xFF for b in data[middle : middle + 4096])  # same size, other bytes
+        model.write_bytes(bytes(data))
+        capfd.readouterr()
+        assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+        captured = capfd.readouterr()
+        assert f"step{STEPS} is corrupt" in captured.out and "checksum differs" in captured.out
+        assert "resumed from" in captured.out and f"step{STEPS - 2}" in captured.out
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+
+class TestRankDiskAndInterrupt:
+    """A rank killed, the disk full at a save or the export, Ctrl-C and the command it prints."""
+
+    @pytest.mark.slow
+    def test_a_killed_rank_ends_in_one_line_and_the_resume_matches(self, clean_run, tmp_path, capfd):
+        plan, clean, _ = clean_run
+        out = tmp_path / "run"
+        slow = write_plan(tmp_path / "plan.json", out, max_steps=STEPS)
+
+        def kill_rank1():
+            for pid in rank_pids():
+                os.kill(pid, signal.SIGKILL)
+
+        when(lambda: marked(out, 2), kill_rank1)
+        rc = main([str(slow), "--lr", "3e-3"])
+        captured = capfd.readouterr()
+        assert rc != 0
+        lines = [ln for ln in captured.err.splitlines() if ln.startswith("zero-run: ") and "--resume" in ln]
+        assert lines, captured.err[-2000:]
+        assert "checkpoints intact up to step" in lines[-1] and f"zero-run {slow} --resume --lr 0.003" in lines[-1]
+        assert "Traceback" not in captured.err  # the peer that lost rank 1 says so in one line
+        assert main([str(slow), "--resume"]) == 0
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("when_full", ["save", "export"])
+    def test_disk_full_keeps_the_checkpoints_and_says_what_is_needed(self, clean_run, tmp_path, small_disk, capfd,
+                                                                     when_full):
+        plan, clean, _ = clean_run
+        out = small_disk / "run"
+        if when_full == "save":
+            # Full once step 2 is saved: the save of step 4 fails.
+            step = 2
+            when(lambda: marked(out, 2), lambda: fill(small_disk, 64 * 1024))
+        else:
+            # Once step 4 is saved, room for one more checkpoint (no pruning: limit 10) and not for the export after it.
+            step = STEPS
+            plan = write_plan(tmp_path / "plan-keep.json", out, save_total_limit=10)
+
+            def leave_room_for_one_checkpoint():
+                fill(small_disk, disk_bytes(out / ckpt.CHECKPOINTS_DIR / "step4") + 2**19)
+
+            when(lambda: marked(out, 4), leave_room_for_one_checkpoint)
+        rc = main([str(plan), "--output-dir", str(out)])
+        captured = capfd.readouterr()
+        assert rc != 0
+        line = [ln for ln in captured.err.splitlines() if "filled while" in ln][-1]
+        what = "saving the checkpoint" if when_full == "save" else "exporting the model"
+        assert what in line and f"checkpoints intact up to step {step}" in line and "--resume" in line
+        if when_full == "save":
+            assert "the next save needs about" in line
+        assert "Traceback" not in captured.err
+        assert ckpt.problem(out / ckpt.CHECKPOINTS_DIR / ckpt.tag_for(step)) is None
+        assert not (out / "final").exists()  # no half export in its place
+        (small_disk / "filler").unlink()
+        assert main([str(plan), "--output-dir", str(out), "--resume"]) == 0
+        assert_loads(out / "final")
+        assert losses_of(out) == pytest.approx(clean, abs=1e-5)
+
+    @pytest.mark.slow
+    def test_ctrl_c_saves_and_the_printed_command_resumes_past_a_damaged_checkpoint(self, clean_run, tmp_path, capfd):
+        """Interrupted (SIGINT, as a terminal's Ctrl-C) with --output-dir and an override, zero-run saves a checkpoint,
+        exports nothing and prints a command. The newest checkpoint is then cut short (its optimizer file truncated):
+        run as printed, the command warns, continues from the one before it in that folder (not from step 0 in the
+        plan's own folder) with the same override, and replays the clean run's losses."""
+        import shlex
+
+        plan, clean, _ = clean_run
+        out = tmp_path / "elsewhere"
+        long = write_plan(tmp_path / "plan.json", tmp_path / "plan-dir", max_steps=5000)
+        when(lambda: marked(out, 4), lambda: os.kill(os.getpid(), signal.SIGINT))  # two checkpoints by then
+        assert main([str(long), "--output-dir", str(out), "--seed", "1234"]) == 130
+        err = capfd.readouterr().err
+        interrupted = report_of(out)
+        stopped = interrupted["steps"]
+        assert interrupted["status"] == "interrupted" and 4 <= stopped < 5000
+        (_, newest), (_, previous) = ckpt.tags_by_step(out / ckpt.CHECKPOINTS_DIR)[:2]
+        assert newest.name == ckpt.tag_for(stopped) and ckpt.problem(newest) is None  # saved on the way out
+        assert not (out / "final").exists()
+        command = err.split("continue with ")[-1].strip().splitlines()[0]
+        argv = shlex.split(command)
+        assert argv[:3] == ["zero-run", str(long), "--resume"] and "--output-dir" in argv and "--seed" in argv
+
+        optim = next(newest.glob("*optim_states.pt"))
+        optim.write_bytes(optim.read_bytes()[:100])
+        target = max(STEPS, stopped)
+        assert main([*argv[1:], "--max-steps", str(target)]) == 0
+        captured = capfd.readouterr()
+        assert f"{newest.name} is corrupt" in captured.out + captured.err
+        assert f"resumed from {previous}" in captured.out
+        assert not (tmp_path / "plan-dir").exists()
+        resumed = losses_of(out)
+        assert len(resumed) == target and resumed[:stopped] == pytest.approx(interrupted["losses"], abs=1e-5)
+        assert resumed[:STEPS] == pytest.approx(clean, abs=1e-5)

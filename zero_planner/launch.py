@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -188,7 +189,8 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         print(json.dumps(plan.deepspeed_config, indent=2))
         return 0
 
-    check_deepspeed_config(plan, args.plan)  # DeepSpeed's own parser, as each rank's deepspeed.initialize would
+    # DeepSpeed's own parser, as each rank's deepspeed.initialize would, on the accelerator the ranks are given
+    check_deepspeed_config(plan, args.plan, accelerator=env.get("DS_ACCELERATOR"))
     if args.script is None and (plan.hardware.nodes == 1 or per_node) and preflight._hub_offline():
         preflight.check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
     machine = preflight.probe_machine(plan, output_dir)
@@ -234,21 +236,30 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         shutil.rmtree(fault_dir, ignore_errors=True)
 
 
-def check_deepspeed_config(plan, path: str) -> None:
+def check_deepspeed_config(plan, path: str, *, accelerator: str | None = None) -> None:
     """Raises InputError when DeepSpeed's own config parser refuses the plan's deepspeed_config (a stage 7, a
     micro-batch of -1): found here, before any rank starts, not as a traceback in each. Imports deepspeed (the
-    launch needs it anyway; --dry-run does not call this). Without deepspeed installed the launch itself fails."""
+    launch needs it anyway; --dry-run does not call this). Without deepspeed installed the launch itself fails.
+
+    `accelerator` is the DS_ACCELERATOR the ranks are launched with: DeepSpeed picks its accelerator at first use
+    and logs a WARNING when it falls back to the CPU by itself, which a CPU run's user would read as a fault."""
     import importlib.util
 
     from zero_planner.plan.dsconfig import validate_ds_config
 
     if importlib.util.find_spec("deepspeed") is None:
         return
+    exported = os.environ.get("DS_ACCELERATOR")
+    if accelerator and exported is None:
+        os.environ["DS_ACCELERATOR"] = accelerator
     try:
         validate_ds_config(plan.deepspeed_config)
     except ValueError as error:
         text = " ".join(str(error).split())
         raise InputError(f"plan file {path!r}: deepspeed_config is invalid: {text[:400]}") from None
+    finally:
+        if exported is None:
+            os.environ.pop("DS_ACCELERATOR", None)
 
 
 def continue_command(args: argparse.Namespace, overrides: Sequence[str] = ()) -> str:
