@@ -97,21 +97,60 @@ def test_lora_plans_also_write_the_peft_config(tmp_path):
     assert LoraConfig(**lora).r == 8
 
 
-@pytest.mark.parametrize(
-    "strategy, precision, mixed", [("2", "bf16", "bf16"), ("3", "fp16", "fp16"), ("1", "fp32", "no")]
-)
-def test_accelerate_yaml_parses_and_names_the_json(tmp_path, strategy, precision, mixed):
+@pytest.mark.parametrize("strategy, precision", [("2", "bf16"), ("3", "fp16"), ("1", "fp32")])
+def test_accelerate_yaml_parses_and_names_the_json(tmp_path, strategy, precision):
     import yaml
 
     plan = make_plan(strategy, precision=precision, gpus_per_node=4)
     paths = export.write_accelerate(plan, tmp_path)
-    assert sorted(p.name for p in paths) == ["accelerate_config.yaml", "ds_config.json"]
+    assert sorted(p.name for p in paths) == ["accelerate_config.yaml", "command.sh", "ds_config.json"]
     config = yaml.safe_load((tmp_path / "accelerate_config.yaml").read_text())
     assert config["distributed_type"] == "DEEPSPEED"
-    assert config["num_processes"] == 4 and config["num_machines"] == 1 and config["mixed_precision"] == mixed
+    assert config["num_processes"] == 4 and config["num_machines"] == 1
+    assert "mixed_precision" not in config  # the JSON's bf16/fp16 section decides (next test)
     ds_path = config["deepspeed_config"]["deepspeed_config_file"]
     assert json.loads(open(ds_path).read()) == plan.deepspeed_config
     assert config["deepspeed_config"]["zero3_init_flag"] is (strategy == "3")
+
+
+def test_accelerate_command_says_what_the_script_must_do(tmp_path):
+    """The JSON's optimizer section means the script builds none (Accelerate refuses one beside it)."""
+    plan = make_plan("2", precision="bf16", micro_batch_size=3, gradient_accumulation_steps=5)
+    export.write_accelerate(plan, tmp_path)
+    text = (tmp_path / "command.sh").read_text()
+    assert "batch_size=3 per process" in text and "accumulates 5 micro-batches" in text
+    assert "DummyOptim(model.parameters())" in text and "DummyScheduler" not in text
+    assert text.splitlines()[-1].split()[-5:] == ["accelerate", "launch", "--config_file",
+                                                  str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
+def test_accelerate_launch_takes_the_yaml_and_trains_in_the_jsons_precision(tmp_path, monkeypatch, precision):
+    """Issue 59: `accelerate launch --config_file accelerate_config.yaml train.py` failed at Accelerator() ("When
+    using `deepspeed_config_file`, the following accelerate config variables will be ignored: [...
+    'mixed_precision']"). Accelerate's own steps, in order: the launch command's validation of the file, the
+    environment its DeepSpeed launcher hands each rank, and the plugin that Accelerator() builds from it."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import DeepSpeedPlugin
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
+
+    plan = make_plan("2", precision=precision, gpus_per_node=2)
+    export.write_accelerate(plan, tmp_path)
+    (tmp_path / "train.py").write_text("")
+    args = launch_command_parser().parse_args(["--config_file", str(tmp_path / "accelerate_config.yaml"),
+                                               str(tmp_path / "train.py")])  # fmt: skip
+    args, defaults, mixed_precision_from_file = _validate_launch_command(args)
+    assert args.use_deepspeed and not mixed_precision_from_file
+    # What accelerate's launch_command sets before its deepspeed launcher runs:
+    args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)
+    _, env = prepare_deepspeed_cmd_env(args)
+    for key, value in env.items():
+        if key.startswith("ACCELERATE_"):
+            monkeypatch.setenv(key, value)
+    plugin = DeepSpeedPlugin(hf_ds_config=defaults.deepspeed_config["deepspeed_config_file"])  # refused before
+    plugin.set_mixed_precision(env["ACCELERATE_MIXED_PRECISION"])  # as AcceleratorState does
+    ds = plugin.deepspeed_config
+    assert (ds["bf16"]["enabled"], ds["fp16"]["enabled"]) == (precision == "bf16", precision == "fp16")
 
 
 def test_accelerate_reads_the_yaml(tmp_path):
@@ -153,13 +192,13 @@ def test_hand_off_commands_set_the_allocator_the_plan_assumes(gpu, expected):
     """The memory plan assumes expandable segments (zero-run sets them): every hand-off launch line does too."""
     plan = make_plan("2", gpu=gpu)
     lines = [export.axolotl_command(plan, "a.yml")[0], export.llamafactory_command(plan, "l.yaml")[0],
-             export.hf_trainer_launch(plan), export.trl_launch(plan)]  # fmt: skip
+             export.hf_trainer_launch(plan), export.trl_launch(plan), export.accelerate_launch(plan, "a.yaml")]  # fmt: skip
     for argv in lines:
         assert [a for a in argv if a.startswith("PYTORCH_CUDA_ALLOC_CONF=")] == expected
 
 
 FAKE_TOOL = """#!/bin/sh
-# Stands in for axolotl, llamafactory-cli and deepspeed: every file a hand-off command names must exist from here.
+# Stands in for axolotl, llamafactory-cli, deepspeed and accelerate: every file a hand-off command names must exist.
 for arg in "$@"; do
     case "$arg" in
         your_train.py) ;;  # the user's own script, named relative to where they run it
@@ -171,14 +210,15 @@ echo "ran $(basename "$0")"
 
 
 @pytest.mark.parametrize("kind, script", [("axolotl", "command.sh"), ("llamafactory", "command.sh"),
-                                          ("trl", "command.sh"), ("hf-trainer", "launch.sh")])  # fmt: skip
+                                          ("trl", "command.sh"), ("hf-trainer", "launch.sh"),
+                                          ("accelerate", "command.sh")])  # fmt: skip
 def test_hand_off_commands_run_from_any_directory(tmp_path, monkeypatch, kind, script):
     """Written into a relative folder, each command finds its files when run from another directory."""
     import subprocess
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("axolotl", "llamafactory-cli", "deepspeed"):
+    for name in ("axolotl", "llamafactory-cli", "deepspeed", "accelerate"):
         (bin_dir / name).write_text(FAKE_TOOL)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "planned-here").mkdir()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import pprint
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,10 +137,11 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
 def accelerate_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[str, Any]:
     """Returns an Accelerate config (as `accelerate config` writes it) using the DeepSpeed plugin with the plan's
     JSON. Precision, accumulation, clipping and ZeRO stage live in the JSON only: Accelerate refuses a config
-    that sets them beside a deepspeed_config_file (utils/dataclasses.py, _deepspeed_config_checks)."""
+    that sets them beside a deepspeed_config_file (utils/dataclasses.py, _deepspeed_config_checks), and
+    `accelerate launch` counts a mixed_precision key in the file among them, whatever its value (commands/launch.py:
+    mp_from_config_flag), so the file has none: without it Accelerate takes the JSON's bf16/fp16 section."""
     hw, ds = plan.hardware, plan.deepspeed_config
     stage = ds.get("zero_optimization", {}).get("stage", 0)
-    mixed = "bf16" if ds.get("bf16", {}).get("enabled") else "fp16" if ds.get("fp16", {}).get("enabled") else "no"
     plugin: dict[str, Any] = {"deepspeed_config_file": ds_config_path, "zero3_init_flag": stage == 3}
     if hw.nodes > 1:
         plugin["deepspeed_hostfile"] = "hostfile"
@@ -152,7 +154,6 @@ def accelerate_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": mixed,  # must agree with the JSON; Accelerate reads the JSON's section
         "num_machines": hw.nodes,
         "num_processes": hw.world_size,  # all processes over all machines
         "rdzv_backend": "static",
@@ -164,17 +165,40 @@ def accelerate_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[
     return config
 
 
-def write_accelerate(plan: Plan, out_dir: str | Path) -> list[Path]:
-    """Writes ds_config.json and accelerate_config.yaml into `out_dir`; returns their paths.
+def accelerate_launch(plan: Plan, config_path: str) -> list[str]:
+    """Returns `accelerate launch --config_file CONFIG your_train.py`, under the allocator setting the plan assumes."""
+    return [*_allocator_env(plan), "accelerate", "launch", "--config_file", config_path, "your_train.py"]
 
-    Use: accelerate launch --config_file OUT/accelerate_config.yaml your_train.py
-    """
+
+def accelerate_notes(plan: Plan) -> list[str]:
+    """Returns what the user's script must do for the JSON to hold (command.sh's comments): Accelerate refuses an
+    optimizer built in code beside the JSON's optimizer section (accelerator.py, _prepare_deepspeed: "You cannot
+    specify an optimizer in the config file and in the code at the same time"), and the JSON fixes the batch."""
+    ds = plan.deepspeed_config
+    notes = [f"your_train.py: a DataLoader of batch_size={ds['train_micro_batch_size_per_gpu']} per process; "
+             f"DeepSpeed accumulates {ds.get('gradient_accumulation_steps', 1)} micro-batches per step"]  # fmt: skip
+    if "optimizer" in ds:
+        notes.append("your_train.py: the JSON has an optimizer section, so build none in code: pass "
+                     "accelerate.utils.DummyOptim(model.parameters()) to accelerator.prepare")  # fmt: skip
+    if "scheduler" in ds:
+        notes.append("your_train.py: the JSON has a scheduler section: pass accelerate.utils.DummyScheduler(optimizer)")
+    return notes
+
+
+def write_accelerate(plan: Plan, out_dir: str | Path) -> list[Path]:
+    """Writes ds_config.json, accelerate_config.yaml and command.sh (`accelerate launch`, with what the script must
+    do as comments) into `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ds_path = out / DS_CONFIG_FILE
     written = [_write(ds_path, json.dumps(plan.deepspeed_config, indent=2) + "\n")]
     # Absolute: accelerate resolves deepspeed_config_file against the cwd of `accelerate launch`, not the YAML's.
-    written.append(_write(out / ACCELERATE_FILE, to_yaml(accelerate_config(plan, str(ds_path.resolve())))))
+    config_path = out / ACCELERATE_FILE
+    written.append(_write(config_path, to_yaml(accelerate_config(plan, str(ds_path.resolve())))))
+    launch = accelerate_launch(plan, str(config_path.resolve()))  # absolute: command.sh runs from any directory
+    command = _write(out / COMMAND_FILE, _command_text(plan, "Accelerate", [launch], [], notes=accelerate_notes(plan)))
+    command.chmod(0o755)
+    written.append(command)
     return written
 
 
@@ -305,9 +329,10 @@ def llamafactory_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> tup
     return config, unmapped
 
 
-def _command_text(plan: Plan, tool: str, lines: list[list[str]], unmapped: list[str]) -> str:
+def _command_text(plan: Plan, tool: str, lines: list[list[str]], unmapped: list[str], *,
+                  notes: Sequence[str] = ()) -> str:  # fmt: skip
     header = [f"#!/bin/sh", f"# Written by zero-plan for {plan.model.name}: train with {tool} on this plan."]
-    header += [f"# not mapped: {line}" for line in unmapped]
+    header += [f"# not mapped: {line}" for line in unmapped] + [f"# {line}" for line in notes]
     return "\n".join(header + [shlex.join(line) for line in lines]) + "\n"
 
 
