@@ -55,6 +55,28 @@ def test_training_arguments_accept_the_written_kwargs(tmp_path, checkpointing, m
     assert not hf_ds.mismatches
 
 
+@pytest.mark.parametrize("save", ["steps", "final"])
+def test_training_arguments_carry_what_the_user_gave_zero_plan(tmp_path, save):
+    """Issue 59: `--epochs 1 --save-total-limit 2 --eval-split 0.05` came out as max_steps 0 (TrainingArguments then
+    trained 3 epochs), no save_total_limit and no evaluation. Built by transformers from the written file."""
+    from transformers import TrainingArguments
+
+    plan = make_plan("2", gpus_per_node=1, precision="fp32", output_dir=str(tmp_path / "run"), max_steps=0, epochs=1.5,
+                     save=save, save_every=7, save_total_limit=3, eval_split="0.05", lr_scheduler="cosine",
+                     warmup=0.1, report_to=["tensorboard"])  # fmt: skip
+    export.write_hf_trainer(plan, tmp_path / "hf")
+    args = TrainingArguments(**json.loads((tmp_path / "hf" / "training_args.json").read_text()), use_cpu=True)
+    assert args.max_steps == -1 and args.num_train_epochs == 1.5
+    assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.1  # a ratio in both, below 1
+    assert args.save_strategy == ("steps" if save == "steps" else "no")
+    assert args.save_steps == 7 and args.save_total_limit == 3
+    assert args.eval_strategy == "steps" and args.eval_steps == 7  # at each save, as zero-run without eval_every
+    assert args.report_to == ["tensorboard"]
+    steps = export.hf_trainer_args(make_plan("2", max_steps=40, warmup=5))
+    assert (steps["max_steps"], steps["lr_scheduler_type"], steps["warmup_steps"]) == (40, "constant_with_warmup", 5)
+    assert "num_train_epochs" not in steps and steps["eval_strategy"] == "no" and steps["report_to"] == "none"
+
+
 def test_launch_line_names_the_json_and_every_argument(tmp_path):
     plan = make_plan("3", precision="bf16", micro_batch_size=4, gradient_accumulation_steps=2,
                      gradient_checkpointing=True)  # fmt: skip
@@ -74,7 +96,8 @@ def test_launch_line_names_the_json_and_every_argument(tmp_path):
 def test_launch_line_parses_with_hf_argument_parser(tmp_path):
     from transformers import HfArgumentParser, TrainingArguments
 
-    plan = make_plan("2", gpus_per_node=1, precision="fp32", gradient_checkpointing=True, output_dir=str(tmp_path))
+    plan = make_plan("2", gpus_per_node=1, precision="fp32", gradient_checkpointing=True, output_dir=str(tmp_path),
+                     epochs=2.0, eval_split="0.1", eval_every=3, report_to=["tensorboard", "csv"])  # fmt: skip
     argv = export.hf_trainer_launch(plan, str(tmp_path / "ds.json"))
     export.write_hf_trainer(plan, tmp_path)  # the JSON must exist for TrainingArguments
     argv[argv.index("--deepspeed") + 1] = str(tmp_path / "ds_config.json")
@@ -83,6 +106,9 @@ def test_launch_line_parses_with_hf_argument_parser(tmp_path):
     )
     assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
     assert args.learning_rate == plan.training.learning_rate
+    assert (args.max_steps, args.num_train_epochs, args.eval_strategy, args.eval_steps) == (-1, 2.0, "steps", 3)
+    assert args.report_to == ["tensorboard"]  # one name on a command line; launch.sh names the rest
+    assert "training_args.json has them all (tensorboard, csv)" in (tmp_path / "launch.sh").read_text()
 
 
 def test_lora_plans_also_write_the_peft_config(tmp_path):

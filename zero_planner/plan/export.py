@@ -44,10 +44,11 @@ PEFT_TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS"}
 
 
 def hf_trainer_args(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[str, Any]:
-    """Returns keyword arguments for transformers.TrainingArguments that agree with the plan's DeepSpeed JSON.
-
-    The schedule is constant with no warm-up, as zero-run trains (its JSON has no scheduler section).
-    """
+    """Returns keyword arguments for transformers.TrainingArguments that agree with the plan's DeepSpeed JSON and
+    carry the rest of what the user gave zero-plan, as zero-run trains it: the length (steps, or epochs with
+    max_steps -1), the schedule and warm-up (a float below 1 is a ratio in both), the save policy and its limit,
+    evaluation every eval_every steps or at each save (the script passes the eval dataset: the split is the
+    script's), and the monitors. The JSON has no scheduler section, so Trainer builds the schedule named here."""
     ds, t = plan.deepspeed_config, plan.training
     adam = ds.get("optimizer", {}).get("params", {})
     betas = adam.get("betas", [0.9, 0.999])
@@ -55,23 +56,32 @@ def hf_trainer_args(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[st
         "output_dir": t.output_dir,
         "per_device_train_batch_size": ds.get("train_micro_batch_size_per_gpu", t.micro_batch_size),
         "gradient_accumulation_steps": ds.get("gradient_accumulation_steps", t.gradient_accumulation_steps),
-        "max_steps": t.max_steps,
+        "max_steps": t.max_steps if t.epochs is None else -1,
         "learning_rate": adam.get("lr", t.learning_rate),
         "weight_decay": adam.get("weight_decay", 0.0),
         "adam_beta1": betas[0],
         "adam_beta2": betas[1],
         "adam_epsilon": adam.get("eps", 1e-8),
         "max_grad_norm": ds.get("gradient_clipping", 1.0),
-        "lr_scheduler_type": "constant",
-        "warmup_steps": 0,
+        "lr_scheduler_type": t.lr_scheduler if t.lr_scheduler != "constant" or not t.warmup else "constant_with_warmup",
+        "warmup_steps": t.warmup,
         "bf16": bool(ds.get("bf16", {}).get("enabled", False)),
         "fp16": bool(ds.get("fp16", {}).get("enabled", False)),
         "gradient_checkpointing": t.gradient_checkpointing,
         "deepspeed": ds_config_path,
+        # --save final: Trainer saves no checkpoint and the script's trainer.save_model() writes the model
+        "save_strategy": "steps" if t.save == "steps" else "no",
         "save_steps": t.save_every,
+        "save_total_limit": t.save_total_limit,
+        "eval_strategy": "steps" if t.eval_split else "no",
         "logging_steps": t.log_every,
+        "report_to": list(t.report_to) or "none",
         "seed": t.seed,
     }
+    if t.epochs is not None:
+        args["num_train_epochs"] = t.epochs
+    if t.eval_split:
+        args["eval_steps"] = t.eval_every or t.save_every  # zero-run evaluates at each save without eval_every
     if t.gradient_checkpointing:
         # Non-reentrant checkpointing, as zero-run measures it; also what LoRA needs with a frozen base.
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
@@ -98,7 +108,9 @@ def hf_trainer_launch(plan: Plan, ds_config_path: str = DS_CONFIG_FILE, script: 
     for key, value in args.items():
         if key == "deepspeed":
             continue  # placed by build_launch right after the script
-        if isinstance(value, (dict, list)):
+        if isinstance(value, list):  # report_to: HfArgumentParser takes one name for it (launch.sh says so)
+            value = value[0]
+        if isinstance(value, dict):
             value = json.dumps(value)  # TrainingArguments parses JSON strings for its dict fields
         flags += [f"--{key}", str(value)]
     hostfile = "hostfile" if plan.hardware.nodes > 1 else None
@@ -125,6 +137,9 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
     line = shlex.join(hf_trainer_launch(plan, str(ds_path), script))
     header = (f"#!/bin/sh\n# Written by zero-plan for {plan.model.name}: replace {script} with your HF Trainer "
               f"script (HfArgumentParser reads these flags).\n")  # fmt: skip
+    if len(plan.training.report_to) > 1:
+        header += (f"# --report_to takes one name on a command line: training_args.json has them all "
+                   f"({', '.join(plan.training.report_to)}).\n")  # fmt: skip
     launch = _write(out / LAUNCH_FILE, header + line + "\n")
     launch.chmod(0o755)
     written.append(launch)
