@@ -77,6 +77,33 @@ def test_training_arguments_carry_what_the_user_gave_zero_plan(tmp_path, save):
     assert "num_train_epochs" not in steps and steps["eval_strategy"] == "no" and steps["report_to"] == "none"
 
 
+@pytest.mark.parametrize("eval_split, share", [("0.05", 0.05), ("200", 200), ("validation", None)])
+def test_trl_script_holds_out_the_eval_share_or_names_the_split(tmp_path, eval_split, share):
+    """SFTConfig with eval_strategy "steps" and no eval_dataset stops in Trainer: train_sft.py splits a share (or
+    a row count) off the training rows, as zero-run does; a split name or file is named in command.sh instead."""
+    trl = pytest.importorskip("trl")
+
+    plan = make_plan("2", gpus_per_node=1, precision="fp32", dataset="org/data", eval_split=eval_split, eval_every=4)
+    export.write_trl(plan, tmp_path)
+    config = trl.SFTConfig(**export.trl_config(plan, str(tmp_path / "ds_config.json")), use_cpu=True)
+    script = (tmp_path / "train_sft.py").read_text()
+    compile(script, "train_sft.py", "exec")
+    command = (tmp_path / "command.sh").read_text()
+    if share is None:
+        assert config.eval_strategy == "no" and "eval_dataset" not in script
+        assert "not mapped: training.eval_split validation: load it as eval_dataset" in command
+    else:
+        assert config.eval_strategy == "steps" and config.eval_steps == 4
+        assert f"train_test_split(test_size={share!r}, seed={plan.training.seed})" in script
+        assert 'eval_dataset=held_out["test"]' in script and "eval_split" not in command
+
+
+def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
+    export.write_trl(make_plan("2", task="seq-cls", num_labels=3), tmp_path)
+    assert "not mapped: training.task seq-cls (num_labels 3): SFTTrainer trains causal LMs" in (
+        tmp_path / "command.sh").read_text()
+
+
 def test_launch_line_names_the_json_and_every_argument(tmp_path):
     plan = make_plan("3", precision="bf16", micro_batch_size=4, gradient_accumulation_steps=2,
                      gradient_checkpointing=True)  # fmt: skip

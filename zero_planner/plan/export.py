@@ -409,6 +409,9 @@ def trl_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[str, An
     """Returns keyword arguments for trl.SFTConfig: the TrainingArguments of hf_trainer_args plus the sequence
     length (SFTConfig's max_length) and the dataset's text column."""
     args = hf_trainer_args(plan, ds_config_path)
+    if not _eval_share(plan):
+        args["eval_strategy"] = "no"  # a split name or file: command.sh names it (trl_unmapped)
+        args.pop("eval_steps", None)
     args["max_length"] = plan.training.seq_len
     args["dataset_text_field"] = plan.training.text_field
     args["packing"] = False  # one sample per sequence, as the plan's activations assume
@@ -440,13 +443,41 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
     lines.append("config.model_init_kwargs = {" + ", ".join(model_kwargs) + "}")
     if lora is not None:
         lines.append(f"peft_config = LoraConfig(**{pprint.pformat(lora, sort_dicts=False)})")
+    lines.append(f"dataset = load_dataset({dataset!r}, split=\"train\")")
+    datasets = "train_dataset=dataset"
+    share = _eval_share(plan)
+    if share is not None:  # held out of the training rows as zero-run holds them out (a share, or a row count)
+        lines.append(f"held_out = dataset.train_test_split(test_size={share!r}, seed={t.seed})")
+        datasets = 'train_dataset=held_out["train"], eval_dataset=held_out["test"]'
     lines += [
-        f"dataset = load_dataset({dataset!r}, split=\"train\")",
-        f"trainer = SFTTrainer(model={plan.model.name!r}, args=config, train_dataset=dataset"
+        f"trainer = SFTTrainer(model={plan.model.name!r}, args=config, {datasets}"
         + (", peft_config=peft_config)" if lora is not None else ")"),
         "trainer.train()",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _eval_share(plan: Plan) -> float | int | None:
+    """Returns --eval-split as datasets' train_test_split test_size (a share below 1, else a row count), or None
+    without one or where it names a split or a file."""
+    split = plan.training.eval_split
+    try:
+        value = float(split) if split is not None else None
+    except ValueError:
+        return None
+    return None if value is None else value if value < 1 else int(value)
+
+
+def trl_unmapped(plan: Plan) -> list[str]:
+    """Returns the plan settings train_sft.py does not carry (command.sh's comments)."""
+    lines = _common_unmapped(plan, "TRL")
+    if plan.training.task != "causal-lm":
+        lines.append(f"training.task {plan.training.task} (num_labels {plan.training.num_labels}): SFTTrainer trains "
+                     f"causal LMs; --export hf-trainer carries a classification plan to Trainer")  # fmt: skip
+    if plan.training.eval_split is not None and _eval_share(plan) is None:
+        lines.append(f"training.eval_split {plan.training.eval_split}: load it as eval_dataset in train_sft.py "
+                     f"(SFTConfig evaluates nothing until then)")  # fmt: skip
+    return lines
 
 
 def trl_launch(plan: Plan, script: str = TRL_SCRIPT) -> list[str]:
@@ -466,7 +497,7 @@ def write_trl(plan: Plan, out_dir: str | Path) -> list[Path]:
     written = [_write(ds_path, json.dumps(plan.deepspeed_config, indent=2) + "\n")]
     script_path = out / TRL_SCRIPT
     written.append(_write(script_path, trl_script(plan, str(ds_path.resolve()))))
-    unmapped = _common_unmapped(plan, "TRL")
+    unmapped = trl_unmapped(plan)
     launch = trl_launch(plan, str(script_path.resolve()))  # absolute: command.sh runs from any directory
     command = _write(out / COMMAND_FILE, _command_text(plan, "TRL", [launch], unmapped))
     command.chmod(0o755)
