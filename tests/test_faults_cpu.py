@@ -450,6 +450,7 @@ class TestRankDiskAndInterrupt:
         when(lambda: marked(out, 4), lambda: os.kill(os.getpid(), signal.SIGINT))  # two checkpoints by then
         assert main([str(long), "--output-dir", str(out), "--seed", "1234"]) == 130
         err = capfd.readouterr().err
+        assert "sigkill_handler" not in err and "[ERROR]" not in err  # issue 59: the launcher took the stop for a fault
         interrupted = report_of(out)
         stopped = interrupted["steps"]
         assert interrupted["status"] == "interrupted" and 4 <= stopped < 5000
