@@ -720,8 +720,9 @@ def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, 
     if phases is not None:
         console.print(phases)
     if state.interrupted:
-        after = saves.after_interruption(plan.training.save, output_dir, adapters=peft)
-        console.print(f"zero-run: stopped at step {state.step}; {after}")
+        # What was kept and the exact command that goes on: zero-run's own line after this (launch._explain_exit),
+        # which knows the --output-dir and overrides the ranks were not given.
+        console.print(f"zero-run: stopped at step {state.step}")
     _close_monitor(engine)
 
 
