@@ -187,8 +187,8 @@ def pytest_collection_modifyitems(config, items):
     units: dict[str, list] = {}
     for item in items:
         units.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)  # xdist's LoadScopeScheduling._split_scope
-    launches = {name: sum(1 for item in members if item.get_closest_marker("slow")) for name, members in units.items()}
-    items[:] = [item for name in sorted(units, key=lambda name: -launches[name]) for item in units[name]]
+    slow = {name: sum(1 for item in members if item.get_closest_marker("slow")) for name, members in units.items()}
+    items[:] = [item for name in sorted(units, key=lambda name: -slow[name]) for item in units[name]]
 
 
 def shared_once(tmp_path_factory, name: str, build):

@@ -461,11 +461,13 @@ def _eval_share(plan: Plan) -> float | int | None:
     """Returns --eval-split as datasets' train_test_split test_size (a share below 1, else a row count), or None
     without one or where it names a split or a file."""
     split = plan.training.eval_split
+    if split is None:
+        return None
     try:
-        value = float(split) if split is not None else None
+        value = float(split)
     except ValueError:
         return None
-    return None if value is None else value if value < 1 else int(value)
+    return value if value < 1 else int(value)
 
 
 def trl_unmapped(plan: Plan) -> list[str]:
