@@ -10,8 +10,10 @@ table) with COLUMNS=100, and records the wall time, the lines on stderr and the 
 - a config.json path and a model folder (config.json, a safetensors index and its shards) of a catalog
   architecture (Llama 3.2 1B's config as a user has it), Phi-3 mini's config.json (a catalog architecture of
   another layout), a llama and a mixtral config outside the catalog (llama-tiny, mixtral-8e-tiny: closed-form
-  16-bit activations): every run with an empty cache, so each is the first plan of that config; median <
-  CONFIG_TARGET_S (models/analytic.py: no torch);
+  16-bit activations), and one config of each type added to models/analytic.py for issue 58 (NEW_TYPE_FILES:
+  Pythia 1.4B, OLMo-2 1B, Qwen3-30B-A3B at 4 layers, OLMoE 1B-7B, on NEW_TYPE_GPUS, where each fits: a plan that
+  fits nowhere suggests LoRA, whose table is traced): every run with an empty cache, so each is the first plan
+  of that config; median < CONFIG_TARGET_S (models/analytic.py: no torch);
 - a config.json whose activations models/analytic.py neither borrows nor computes (Gemma 2 2B with three
   added tokens: no catalog twin, no closed form for gemma2's eager attention): the first plan counts it from the config and traces
   its activations on the meta device (importing torch and transformers), later ones read the cache
@@ -61,6 +63,11 @@ CLOSED_FORM_FILE = "llama-tiny.json"
 """A llama config outside the catalog: counted and its 16-bit SDPA activations from the config (models/analytic.py)."""
 CLOSED_FORM_MOE_FILE = "mixtral-8e-tiny.json"
 """A mixtral config outside the catalog: the same, with the mixture-of-experts closed form."""
+NEW_TYPE_FILES = ["pythia-1.4b.json", "olmo2-1b.json", "qwen3-30b-a3b-4l.json", "olmoe-1b-7b.json"]
+"""gpt_neox, olmo2, qwen3_moe and olmoe configs outside the catalog: counted and their 16-bit SDPA activations from
+the config (models/analytic.py)."""
+NEW_TYPE_GPUS = ["--gpus", "1xH100"]
+"""Where each NEW_TYPE_FILES config's full fine-tune fits (OLMoE's 6.9B parameters do not fit one A100-80GB)."""
 TRACED_FILE = "gemma2-2b.json"
 TRACED_CHANGE = {"vocab_size": 256003}
 """Gemma 2 2B with three added tokens: no catalog twin and no closed form, activations traced on the meta device
@@ -239,10 +246,15 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
              ("config.json path", layout, f"{OTHER_LAYOUT_FILE}, a catalog architecture"),
              ("config.json path", other, f"{CLOSED_FORM_FILE}, llama outside the catalog"),
              ("config.json path", moe, f"{CLOSED_FORM_MOE_FILE}, mixtral outside the catalog")]  # fmt: skip
-    for k, (label, model, what) in enumerate(cases):
+    cases = [(*case, CONFIG_GPUS) for case in cases]
+    for name in NEW_TYPE_FILES:
+        path = Path(tmp) / f"new-{name}"
+        path.write_text((ROOT / "benchmarks" / "model_configs" / name).read_text())
+        cases.append(("config.json path", path, f"{name} outside the catalog, {NEW_TYPE_GPUS[1]}", NEW_TYPE_GPUS))
+    for k, (label, model, what, gpus) in enumerate(cases):
         results = []
         for i in range(runs):  # an empty cache every time: each run is a first plan of this config
-            results.append(run_plan(["--model", str(model), *CONFIG_GPUS], str(Path(tmp) / f"empty-{k}-{i}")))
+            results.append(run_plan(["--model", str(model), *gpus], str(Path(tmp) / f"empty-{k}-{i}")))
         every += results
         medians.append(statistics.median(r["seconds"] for r in results))
         print(f"  {summary(results)}  {label} ({what}, empty cache)")

@@ -1,6 +1,6 @@
-"""models/analytic.py: configs of the covered types (llama-style, phi3, mixtral, gemma2, gpt2) counted from
-config.json agree exactly with the meta-device count, and the activation table borrowed from a catalog twin is the
-one the tracer gives for that config."""
+"""models/analytic.py: configs of the covered types (llama-style, phi3, mixtral, gemma2, gpt2, qwen3_moe, olmoe, olmo2,
+gpt_neox) counted from config.json agree exactly with the meta-device count, and the activation table borrowed from
+a catalog twin or computed in closed form is the one the tracer gives for that config."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ COVERED = sorted(name for name, config in CONFIGS.items() if config["model_type"
 
 def test_every_config_of_a_covered_type_is_counted():
     assert len(COVERED) >= 45
-    assert {CONFIGS[name]["model_type"] for name in COVERED} >= {"phi3", "mixtral", "gemma2", "gpt2"}
+    assert {CONFIGS[name]["model_type"] for name in COVERED} >= {"phi3", "mixtral", "gemma2", "gpt2", "qwen3_moe",
+                                                                  "olmoe", "olmo2", "gpt_neox"}
     assert [name for name in COVERED if analytic_table(CONFIGS[name]) is None] == []
 
 
@@ -290,6 +291,12 @@ OUTSIDE_THE_CATALOG = {
     "phi3": PHI3_SHAPES["partial-rotary"],
     "mixtral": BENCHMARK_CONFIGS["mixtral-8e-tiny.json"],
     "gpt2": {**BENCHMARK_CONFIGS["gpt2-medium.json"], "vocab_size": 50260},  # three added tokens
+    "olmo2": BENCHMARK_CONFIGS["olmo2-1b.json"],
+    "gpt_neox": BENCHMARK_CONFIGS["pythia-1.4b.json"],
+    # Shapes whose full fine-tune fits one A100: a plan that fits nowhere suggests LoRA (plan/advice.py), and the
+    # LoRA table is traced (torch, transformers, peft)
+    "qwen3_moe": BENCHMARK_CONFIGS["qwen3-30b-a3b-4l.json"],
+    "olmoe": {**BENCHMARK_CONFIGS["olmoe-1b-7b.json"], "num_hidden_layers": 4},
 }
 
 
@@ -315,3 +322,161 @@ def test_parameter_order_is_named_parameters_order(name):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
     assert parameter_order(config) == [p.numel() for p in model.parameters()]
+
+
+# qwen3_moe, olmoe, olmo2 and gpt_neox: the benchmark configs and shapes they do not have (grouped-query attention,
+# biases on and off, tied and untied heads, head_dim apart from hidden / heads, odd widths, other expert counts and
+# top-k, norm_topk_prob both ways, the residual and rotary options of GPT-NeoX). Two layers each.
+def _small(name: str, **change) -> dict:
+    return {**_shape(name, vocab_size=1001, bos_token_id=None, eos_token_id=None, pad_token_id=None), **change}
+
+
+NEW_TYPES = {
+    "olmo2-1b": BENCHMARK_CONFIGS["olmo2-1b.json"],
+    "olmo2-gqa-bias-tied": _small("olmo2-1b.json", hidden_size=96, num_attention_heads=6, num_key_value_heads=2,
+                                  intermediate_size=200, attention_bias=True, tie_word_embeddings=True),
+    "olmo2-head-dim": _small("olmo2-1b.json", hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                             head_dim=24, intermediate_size=72),
+    "olmo2-defaults": {"model_type": "olmo2", "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
+                       "num_attention_heads": 4},
+    "pythia-1.4b": BENCHMARK_CONFIGS["pythia-1.4b.json"],
+    "neox-odd-untied": _small("pythia-1.4b.json", hidden_size=96, num_attention_heads=6, intermediate_size=200),
+    "neox-tied-no-bias": _small("pythia-1.4b.json", hidden_size=64, num_attention_heads=4, intermediate_size=256,
+                                tie_word_embeddings=True, attention_bias=False),
+    "neox-serial-residual": _small("pythia-1.4b.json", hidden_size=64, num_attention_heads=4, intermediate_size=256,
+                                   use_parallel_residual=False),
+    "neox-full-rotary": _small("pythia-1.4b.json", hidden_size=64, num_attention_heads=4, rotary_pct=1.0),
+    "neox-rotary-in-rope": _small("pythia-1.4b.json", hidden_size=96, num_attention_heads=4, rotary_pct=0.5,
+                                  rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.3}),
+    "neox-defaults": {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
+                      "num_attention_heads": 4},
+    "qwen3-30b-a3b": BENCHMARK_CONFIGS["qwen3-30b-a3b.json"],
+    "qwen3-30b-a3b-4l": BENCHMARK_CONFIGS["qwen3-30b-a3b-4l.json"],
+    "qwen3-30b-a3b-8l": BENCHMARK_CONFIGS["qwen3-30b-a3b-8l.json"],
+    "qwen3moe-mha-bias-tied": _small("qwen3-30b-a3b.json", hidden_size=96, num_attention_heads=6,
+                                     num_key_value_heads=6, head_dim=16, moe_intermediate_size=56, num_experts=3,
+                                     num_experts_per_tok=3, attention_bias=True, tie_word_embeddings=True),
+    "qwen3moe-16e-top4-unnormed": _small("qwen3-30b-a3b.json", hidden_size=64, num_attention_heads=4,
+                                         num_key_value_heads=2, head_dim=48, moe_intermediate_size=40,
+                                         num_experts=16, num_experts_per_tok=4, norm_topk_prob=False),
+    "qwen3moe-no-head-dim": {**_small("qwen3-30b-a3b.json", hidden_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, moe_intermediate_size=64, num_experts=4,
+                                      num_experts_per_tok=2), "head_dim": 32},
+    "qwen3moe-defaults": {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 128, "num_experts": 8,
+                          "num_attention_heads": 8, "moe_intermediate_size": 32},
+    "olmoe-1b-7b": BENCHMARK_CONFIGS["olmoe-1b-7b.json"],
+    "olmoe-gqa-5e-top3": _small("olmoe-1b-7b.json", hidden_size=96, num_attention_heads=6, num_key_value_heads=3,
+                                intermediate_size=40, num_experts=5, num_experts_per_tok=3),
+    "olmoe-normed-bias-tied": _small("olmoe-1b-7b.json", hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                                     intermediate_size=72,
+                                     num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, attention_bias=True,
+                                     tie_word_embeddings=True),
+    "olmoe-defaults": {"model_type": "olmoe", "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 64,
+                       "num_experts": 4, "num_experts_per_tok": 2},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NEW_TYPES))
+def test_new_types_equal_the_meta_device_count_and_the_trace(name):
+    """Parameters (with peft's fused-expert adapters for the MoE types) as count_params builds them, and the 16-bit
+    SDPA entry as the tracer keeps it: olmo2's fp32 post-norms and full-width q/k norms, GPT-NeoX's shared
+    LayerNorm input, rotated q and k and copied dense input, the MoE routing with 16-bit weights."""
+    config = NEW_TYPES[name]
+    meta = count_params(config, name)
+    meta.pop("built_with")
+    analytic = analytic_table(config)
+    assert analytic.pop("built_with") == {"analytic": "zero_planner.models.analytic"}
+    assert analytic == meta and list(analytic) == list(meta)
+    assert ("param_adapters" in analytic) == (config["model_type"] in ("qwen3_moe", "olmoe"))
+    assert catalog_twin(config) is None
+    assert sdpa_16bit_activations(config) == attention_coefficients(config, "bfloat16", "sdpa")
+
+
+@pytest.mark.parametrize("name", ["olmo2-gqa-bias-tied", "neox-tied-no-bias", "qwen3moe-16e-top4-unnormed",
+                                  "olmoe-normed-bias-tied"])  # fmt: skip
+def test_new_types_run_their_weight_matrices_in_forward_modules_order(name):
+    """forward_modules is named_parameters' order with qwen3_moe's router, registered after the experts, put before
+    them: the order a forward runs the weight matrices (norms, 1-D, may run elsewhere)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from zero_planner.models.analytic import forward_modules
+
+    config = NEW_TYPES[name]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    ran: list[str] = []
+    paths = {id(m): n for n, m in model.named_modules()}
+    for module in model.modules():
+        if any(p.dim() >= 2 for p in module.parameters(recurse=False)):
+            module.register_forward_pre_hook(lambda m, _: ran.append(paths[id(m)]))
+    ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
+    model(input_ids=ids)
+    head, layer, tail, layers = forward_modules(config)
+    prefix = {"gpt_neox": "gpt_neox.layers"}.get(config["model_type"], "model.layers")
+    listed = [path for path, params in head]
+    listed += [f"{prefix}.{k}.{path}" for k in range(layers) for path, params in layer
+               if max(n for _, n in params) > config["hidden_size"]]  # the norms' weights are hidden-wide at most
+    listed += [path for path, params in tail if path == "lm_head"]
+    assert ran == listed
+
+
+NEW_TYPES_TRACED = {
+    "neox-hidden-dropout": {**NEW_TYPES["neox-odd-untied"], "hidden_dropout": 0.1},  # masks
+    "neox-attention-dropout": {**NEW_TYPES["neox-odd-untied"], "attention_dropout": 0.1},
+    "neox-gelu-new": {**NEW_TYPES["neox-odd-untied"], "hidden_act": "gelu_new"},
+    "neox-no-cache": {**NEW_TYPES["neox-odd-untied"], "use_cache": False},  # v a view: not traceable on meta
+    "olmo2-gelu": {**NEW_TYPES["olmo2-gqa-bias-tied"], "hidden_act": "gelu"},
+    "olmo2-attention-dropout": {**NEW_TYPES["olmo2-gqa-bias-tied"], "attention_dropout": 0.1},
+    "olmoe-clip-qkv": {**NEW_TYPES["olmoe-gqa-5e-top3"], "clip_qkv": 8.0},
+    "olmoe-router-logits": {**NEW_TYPES["olmoe-gqa-5e-top3"], "output_router_logits": True},
+    "olmoe-unaligned-for-grouped-mm": {**NEW_TYPES["olmoe-gqa-5e-top3"], "intermediate_size": 42},
+    "qwen3moe-router-logits": {**NEW_TYPES["qwen3moe-16e-top4-unnormed"], "output_router_logits": True},
+    "qwen3moe-gqa-wide-heads": {**NEW_TYPES["qwen3moe-16e-top4-unnormed"], "head_dim": 272},  # SDPA repeats k, v
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NEW_TYPES_TRACED))
+def test_options_the_new_closed_forms_do_not_describe_are_traced(name):
+    config = NEW_TYPES_TRACED[name]
+    assert sdpa_16bit_activations(config) is None  # the trace path (models/trace_cache.py) takes over
+    meta = count_params(config, name)
+    meta.pop("built_with")
+    assert {k: v for k, v in analytic_table(config).items() if k != "built_with"} == meta  # still counted
+
+
+def test_the_options_left_to_the_trace_keep_other_tensors():
+    """Why None: dropout keeps masks, gelu_new four tensors for gelu's two, router logits in the loss more."""
+    for name in ("neox-hidden-dropout", "neox-gelu-new", "olmoe-router-logits"):
+        config = NEW_TYPES_TRACED[name]
+        base = {k: v for k, v in config.items() if k not in ("hidden_dropout", "hidden_act", "output_router_logits")}
+        assert attention_coefficients(config, "bfloat16", "sdpa") != sdpa_16bit_activations(base), name
+
+
+NEW_TYPES_NOT_DESCRIBED = {
+    "qwen3moe-mlp-only-layers": _small("qwen3-30b-a3b.json", hidden_size=64, num_attention_heads=4, head_dim=16,
+                                       num_key_value_heads=2, moe_intermediate_size=32, num_experts=4,
+                                       num_experts_per_tok=2, mlp_only_layers=[1], intermediate_size=96),
+    "qwen3moe-sparse-step": _small("qwen3-30b-a3b.json", hidden_size=64, num_attention_heads=4, head_dim=16,
+                                   num_key_value_heads=2, moe_intermediate_size=32, num_experts=4,
+                                   num_experts_per_tok=2, decoder_sparse_step=2, intermediate_size=96),
+    "qwen3moe-local-experts": _shape("qwen3-30b-a3b.json", num_local_experts=16),  # the alias of num_experts
+    "qwen3moe-null-head-dim": _shape("qwen3-30b-a3b.json", head_dim=None),
+    "olmoe-head-dim": _shape("olmoe-1b-7b.json", head_dim=64),  # q_norm stays hidden_size wide
+    "neox-head-dim": _shape("pythia-1.4b.json", head_dim=64),  # the rotary embedding reads it, the attention not
+    "neox-kv-heads": _shape("pythia-1.4b.json", num_key_value_heads=4),
+    "olmo2-null-head-dim": _shape("olmo2-1b.json", head_dim=None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(NEW_TYPES_NOT_DESCRIBED))
+def test_what_the_new_types_do_not_describe_is_left_to_transformers(name):
+    assert analytic_table(NEW_TYPES_NOT_DESCRIBED[name]) is None
+    assert parameter_order(NEW_TYPES_NOT_DESCRIBED[name]) is None
+    assert sdpa_16bit_activations(NEW_TYPES_NOT_DESCRIBED[name]) is None
+
+
+@pytest.mark.parametrize("name", ["qwen3moe-mlp-only-layers", "qwen3moe-sparse-step"])
+def test_qwen3_moe_dense_layers_are_counted_on_the_meta_device(name):
+    """Why: a dense layer among the sparse ones makes layers of two sizes."""
+    assert count_params(NEW_TYPES_NOT_DESCRIBED[name], name)["layers_uniform"] is False

@@ -14,6 +14,15 @@ Covered, as transformers' modeling_*.py builds them (_modules lists each layout'
 - phi3: the same with q/k/v fused into qkv_proj and gate/up into gate_up_proj, no biases;
 - mixtral: llama's attention, and for the MLP a router (experts x hidden) and every expert's gate_up and down
   matrices stacked in one tensor each;
+- qwen3_moe: the same with qwen3's q/k RMSNorms over head_dim and moe_intermediate_size wide experts, registered
+  before the router; every layer sparse (mlp_only_layers or a decoder_sparse_step other than 1, which make dense
+  layers among them, are left to transformers);
+- olmoe: mixtral's modules with q/k RMSNorms over q's and k's whole width;
+- olmo2: llama's modules with q/k RMSNorms over the whole width and the two per-layer RMSNorms after attention
+  and after the MLP (post_attention_layernorm, post_feedforward_layernorm) instead of before;
+- gpt_neox: LayerNorms with biases (both registered first), the fused query_key_value and dense (biases with
+  attention_bias), an ungated MLP dense_h_to_4h / dense_4h_to_h with biases, a final LayerNorm, lm_head untied by
+  default;
 - gemma2: llama's modules with four RMSNorms per layer (before and after attention and MLP), tied by default;
   built with eager attention (soft-capping), as count._build_on_meta gets it;
 - gpt2: learned positions, Conv1D c_attn (fused q/k/v) / c_proj / c_fc / c_proj with biases, LayerNorms with
@@ -28,9 +37,9 @@ sliding windows: the traced sequences never reach a window, and memory.py adds t
 sequence does). Two configs that agree on everything else keep the same
 tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hub's config.json of a catalog
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
-the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral or gpt2 gets the entry
-a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for every catalog, benchmark and test config
-of each type; options it was not checked against return None); the other entries, and every entry of a gemma2
+the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral, qwen3_moe, olmoe,
+olmo2, gpt_neox or gpt2 gets the entry a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for
+every catalog, benchmark and test config of each type; options it was not checked against return None); the other entries, and every entry of a gemma2
 (its plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
 """
 
@@ -43,7 +52,7 @@ from typing import Any, Literal
 from zero_planner.models.activations import TRACE_SEQ
 from zero_planner.models.catalog import catalog_entries
 
-Layout = Literal["llama", "phi3", "mixtral", "gemma2", "gpt2"]
+Layout = Literal["llama", "phi3", "moe", "gemma2", "gpt2", "olmo2", "gpt_neox"]
 
 
 @dataclass(frozen=True)
@@ -56,18 +65,37 @@ class _Family:
     """Bias on q/k/v: a config key (`attention_bias`) or a constant (qwen2: always)."""
     o_bias: str | bool = False
     mlp_bias: str | bool = False
-    qk_norm: bool = False
-    """qwen3: RMSNorm over head_dim on q and on k."""
+    qk_norm: Literal["", "head", "full"] = ""
+    """RMSNorms on q and on k after their projections: over head_dim, shared by the heads (qwen3, qwen3_moe), or
+    over the projection's whole width (olmo2, olmoe: q_norm over heads x head_dim, k_norm over kv_heads x head_dim)."""
     layout: Layout = "llama"
     """Which modules a layer has: llama (q, k, v, o; gate, up, down; 2 RMSNorms), phi3 (fused qkv_proj and
-    gate_up_proj), mixtral (a router and stacked experts for the MLP), gemma2 (4 RMSNorms), gpt2 (Conv1D c_attn,
-    c_proj, c_fc, LayerNorms with biases, learned positions)."""
+    gate_up_proj), moe (llama's attention; a router and stacked experts for the MLP: mixtral, qwen3_moe, olmoe),
+    gemma2 (4 RMSNorms), gpt2 (Conv1D c_attn, c_proj, c_fc, LayerNorms with biases, learned positions), olmo2
+    (llama's modules with the two RMSNorms after attention and after the MLP), gpt_neox (LayerNorms with biases,
+    fused query_key_value, dense, an ungated MLP with biases)."""
+    experts: str = ""
+    """moe: the config key of the expert count (mixtral: num_local_experts; qwen3_moe, olmoe: num_experts)."""
+    expert_width: str = "intermediate_size"
+    """moe: the config key of each expert's intermediate width (qwen3_moe: moe_intermediate_size)."""
+    router_first: bool = True
+    """moe: the sparse block registers its router before the experts (Qwen3MoeSparseMoeBlock: the experts first)."""
+    norm_topk: str | bool = True
+    """moe: whether the router divides the top-k weights by their sum: always (mixtral) or a config key
+    (norm_topk_prob)."""
+    fp32_routing_weights: bool = True
+    """moe: the routing weights stay fp32 (mixtral) or are cast to the logits' 16-bit dtype (qwen3_moe, olmoe)."""
+    reads_head_dim: bool = True
+    """Whether the attention reads a config's head_dim: phi3, olmoe and gpt_neox size heads as hidden / heads and
+    read head_dim elsewhere (rope, norms) where the config sets one, which this module does not describe."""
     attn_implementation: str = "sdpa"
     """What count._build_on_meta gets from transformers for this type (gemma2 is built with eager attention)."""
     keys: frozenset[str] = frozenset()
-    """Keys of _FOREIGN this type reads itself (mixtral: num_local_experts)."""
+    """Keys of _FOREIGN this type reads itself (mixtral: num_local_experts; qwen3_moe, olmoe: num_experts)."""
     neutral: frozenset[str] = frozenset()
     """Keys this type's modules never read, beyond _NEUTRAL (gemma2 reads hidden_activation, not hidden_act)."""
+    reads: frozenset[str] = frozenset()
+    """Keys of _NEUTRAL that change what this type keeps (gpt_neox: use_cache, see _gpt_neox_sdpa_16bit)."""
     closed_form: bool = False
     """Whether sdpa_16bit_activations is checked against the trace for this type (tests/test_analytic.py)."""
 
@@ -88,18 +116,19 @@ FAMILIES = {
     "qwen3": _Family({**_COMMON, "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
                       "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128,
                       "max_position_embeddings": 32768, "attention_bias": False},
-                     "attention_bias", "attention_bias", qk_norm=True, closed_form=True),  # fmt: skip
+                     "attention_bias", "attention_bias", qk_norm="head", closed_form=True),  # fmt: skip
     # Phi3Attention reads no head_dim and no attention_bias (hidden_size // heads, no biases): a config that sets
     # head_dim is left to transformers (_resolved).
     "phi3": _Family({**_COMMON, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
                      "num_attention_heads": 32, "max_position_embeddings": 4096, "resid_pdrop": 0.0,
                      "embd_pdrop": 0.0, "partial_rotary_factor": 1.0, "pad_token_id": 32000},
-                    layout="phi3", closed_form=True),  # fmt: skip
+                    layout="phi3", reads_head_dim=False, closed_form=True),  # fmt: skip
     "mixtral": _Family({**_COMMON, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
                         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                         "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": False,
                         "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0},
-                       layout="mixtral", keys=frozenset({"num_local_experts"}), closed_form=True),  # fmt: skip
+                       layout="moe", keys=frozenset({"num_local_experts"}), experts="num_local_experts",
+                       closed_form=True),  # fmt: skip
     "gemma2": _Family({**_COMMON, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                        "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
@@ -116,6 +145,38 @@ FAMILIES = {
                     neutral=frozenset({"n_layer", "n_positions", "n_ctx", "summary_type", "summary_use_proj",
                                        "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
                                        "layer_norm_epsilon"})),  # fmt: skip
+    # Qwen3MoeConfig: 4 key/value heads unless set; Qwen3MoeAttention reads head_dim where the config has one
+    # (getattr), hidden / heads otherwise. Layers that are dense (mlp_only_layers, decoder_sparse_step) are left to
+    # transformers (_resolved).
+    "qwen3_moe": _Family({**_COMMON, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
+                          "num_attention_heads": 32, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                          "attention_bias": False, "decoder_sparse_step": 1, "moe_intermediate_size": 768,
+                          "num_experts_per_tok": 8, "num_experts": 128, "norm_topk_prob": False,
+                          "output_router_logits": False, "router_aux_loss_coef": 0.001, "mlp_only_layers": None},
+                         "attention_bias", "attention_bias", qk_norm="head", layout="moe",
+                         keys=frozenset({"num_experts"}), experts="num_experts", expert_width="moe_intermediate_size",
+                         router_first=False, norm_topk="norm_topk_prob", fp32_routing_weights=False,
+                         closed_form=True),  # fmt: skip
+    "olmoe": _Family({**_COMMON, "vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048,
+                      "num_attention_heads": 16, "max_position_embeddings": 4096, "attention_bias": False,
+                      "clip_qkv": None, "num_experts_per_tok": 8, "num_experts": 64, "output_router_logits": False,
+                      "router_aux_loss_coef": 0.01, "norm_topk_prob": False},
+                     "attention_bias", "attention_bias", qk_norm="full", layout="moe", keys=frozenset({"num_experts"}),
+                     experts="num_experts", norm_topk="norm_topk_prob", fp32_routing_weights=False,
+                     reads_head_dim=False, closed_form=True),  # fmt: skip
+    "olmo2": _Family({**_COMMON, "vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008,
+                      "num_attention_heads": 32, "max_position_embeddings": 2048, "attention_bias": False},
+                     "attention_bias", "attention_bias", qk_norm="full", layout="olmo2", closed_form=True),  # fmt: skip
+    # GPTNeoXConfig: rotary_pct (a kwarg its rope conversion reads, 0.25 when absent) and rotary_emb_base; the
+    # attention reads neither head_dim nor num_key_value_heads (hidden / heads, multi-head).
+    "gpt_neox": _Family({"vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576,
+                         "num_attention_heads": 64, "hidden_act": "gelu", "attention_dropout": 0.0,
+                         "hidden_dropout": 0.0, "max_position_embeddings": 2048, "tie_word_embeddings": False,
+                         "use_parallel_residual": True, "attention_bias": True, "rotary_pct": 0.25,
+                         "use_cache": True, "head_dim": None, "num_key_value_heads": None},
+                        "attention_bias", "attention_bias", True, layout="gpt_neox", reads_head_dim=False,
+                        neutral=frozenset({"rotary_emb_base", "layer_norm_eps", "classifier_dropout"}),
+                        reads=frozenset({"use_cache"}), closed_form=True),  # fmt: skip
 }
 
 # Keys that change no tensor's shape and nothing autograd keeps: metadata, token ids, numerics of the norm and
@@ -131,6 +192,8 @@ _NEUTRAL = {"_name_or_path", "architectures", "transformers_version", "torch_dty
 _FOREIGN = {"quantization_config", "auto_map", "num_local_experts", "num_experts", "n_routed_experts"}
 # Config classes whose validate_architecture wants hidden_size divisible by the heads even where head_dim is set.
 _HEADS_DIVIDE_HIDDEN = {"llama", "gemma2"}
+# Config classes without a head_dim field whose attention reads getattr(config, "head_dim", hidden // heads).
+_HEAD_DIM_ATTRIBUTE = {"qwen3_moe", "olmo2"}
 # GPT2Config's aliases (attribute_map): a config spelling them is left to transformers.
 _GPT2_ALIASES = {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}
 
@@ -142,17 +205,29 @@ def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
     family = FAMILIES.get(config.get("model_type"))
     if family is None or (_FOREIGN - family.keys) & config.keys() or (config.get("pretraining_tp") or 1) != 1:
         return None
-    if family.layout == "phi3" and "head_dim" in config:
-        return None  # Phi3Attention reads a head_dim attribute where the config has one; not described here
+    if not family.reads_head_dim and "head_dim" in config:
+        return None  # e.g. Phi3Attention reads a head_dim attribute where the config has one; not described here
+    if config.get("model_type") in _HEAD_DIM_ATTRIBUTE and "head_dim" in config and config["head_dim"] is None:
+        return None  # getattr(config, "head_dim", ...) reads the null; let transformers say so
     if family.layout != "llama" and any(config[k] is None and v is not None for k, v in family.defaults.items()
                                         if k in config):  # fmt: skip
         return None  # e.g. gemma2's head_dim: int; its strict config class rejects None, let it say so
     if family.layout == "gpt2" and (_GPT2_ALIASES & config.keys() or config.get("add_cross_attention")):
         return None
+    if family.layout == "gpt_neox" and "num_key_value_heads" in config:
+        return None  # GPTNeoXAttention has no key/value heads of its own; a config naming some is not described
+    if family.layout == "moe" and family.experts == "num_experts" and (config.get("mlp_only_layers")
+                                                                     or config.get("decoder_sparse_step", 1) != 1):
+        return None  # qwen3_moe's dense layers among the sparse ones: layers of two sizes, counted on the meta device
     c = {**family.defaults, **{k: v for k, v in config.items() if v is not None or k not in family.defaults}}
     rope = config.get("rope_scaling") or config.get("rope_parameters")
     if family.layout == "phi3" and isinstance(rope, dict) and "partial_rotary_factor" in rope:
         c["partial_rotary_factor"] = rope["partial_rotary_factor"]  # Phi3Config takes the rope dict's first
+    if family.layout == "gpt_neox":  # GPTNeoXConfig.convert_rope_params_to_dict: the rope dict's, else rotary_pct
+        c["rotary_pct"] = rope["partial_rotary_factor"] if isinstance(rope, dict) and "partial_rotary_factor" in rope \
+            else c["rotary_pct"]
+        if type(c["rotary_pct"]) not in (int, float) or not 0 < c["rotary_pct"] <= 1:
+            return None
     if family.layout == "gpt2":
         if not all(type(c.get(k)) is int and c[k] > 0 for k in ("n_embd", "n_head", "n_layer", "n_positions")):
             return None
@@ -166,9 +241,9 @@ def _resolved(config: dict[str, Any]) -> dict[str, Any] | None:
     pad = c.get("pad_token_id")  # the embedding's padding_idx (gpt2's wte has none)
     if family.layout != "gpt2" and type(pad) is int and not -c["vocab_size"] <= pad < c["vocab_size"]:
         return None  # nn.Embedding rejects it; let transformers say so
-    if family.layout == "mixtral" and not all(type(c.get(k)) is int and c[k] > 0
-                                              for k in ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
-        return None
+    if family.layout == "moe" and not all(type(c.get(k)) is int and c[k] > 0
+                                          for k in (family.experts, family.expert_width, "num_experts_per_tok")):
+        return None  # (qwen3_moe with no experts builds dense layers: not described here)
     checked = c["head_dim"] is None or c["model_type"] in _HEADS_DIVIDE_HIDDEN
     if checked and c["hidden_size"] % c["num_attention_heads"]:
         return None  # transformers rejects it; let it say so (count.count_params turns that into an InputError)
@@ -221,6 +296,16 @@ def _modules(c: dict[str, Any], family: _Family) -> _Modules:
         return _Modules("transformer.wte", "transformer.h", [("transformer.wpe.weight", c["n_positions"] * h)],
                         layer, [("transformer.ln_f.weight", h), ("transformer.ln_f.bias", h)],
                         [(a, b) for _, a, b in convs])  # fmt: skip
+    if family.layout == "gpt_neox":  # GPTNeoXLayer registers both LayerNorms before the attention and the MLP
+        linears = [("attention.query_key_value", h, 3 * h, _flag(c, family.qkv_bias)),
+                   ("attention.dense", h, h, _flag(c, family.o_bias)), ("mlp.dense_h_to_4h", h, i, True),
+                   ("mlp.dense_4h_to_h", i, h, True)]  # fmt: skip
+        norms = ("input_layernorm", "post_attention_layernorm")
+        layer = [(f"{norm}.{p}", h) for norm in norms for p in ("weight", "bias")]
+        layer += [t for linear in linears for t in _linear(*linear)]
+        return _Modules("gpt_neox.embed_in", "gpt_neox.layers", [], layer,
+                        [("gpt_neox.final_layer_norm.weight", h), ("gpt_neox.final_layer_norm.bias", h)],
+                        [(a, b) for _, a, b, _ in linears])  # fmt: skip
     qkv_bias, o_bias, mlp_bias = (_flag(c, rule) for rule in (family.qkv_bias, family.o_bias, family.mlp_bias))
     # linears: (name, in_features, out_features, bias), in registration order
     if family.layout == "phi3":  # Phi3Attention registers o_proj before the fused qkv_proj
@@ -229,19 +314,24 @@ def _modules(c: dict[str, Any], family: _Family) -> _Modules:
     else:
         attn = [("self_attn.q_proj", h, q, qkv_bias), ("self_attn.k_proj", h, kv, qkv_bias),
                 ("self_attn.v_proj", h, kv, qkv_bias), ("self_attn.o_proj", q, h, o_bias)]  # fmt: skip
-        mlp = [] if family.layout == "mixtral" else [("mlp.gate_proj", h, i, mlp_bias), ("mlp.up_proj", h, i, mlp_bias),
+        mlp = [] if family.layout == "moe" else [("mlp.gate_proj", h, i, mlp_bias), ("mlp.up_proj", h, i, mlp_bias),
                                                      ("mlp.down_proj", i, h, mlp_bias)]  # fmt: skip
     layer = [t for name, n_in, n_out, bias in attn for t in _linear(name, n_in, n_out, bias)]
-    if family.qk_norm:
+    if family.qk_norm == "head":
         layer += [("self_attn.q_norm.weight", c["head_dim"]), ("self_attn.k_norm.weight", c["head_dim"])]
-    if family.layout == "mixtral":  # MixtralSparseMoeBlock: router weight, then every expert's matrices stacked
-        e = c["num_local_experts"]
-        layer += [("mlp.gate.weight", e * h), ("mlp.experts.gate_up_proj", e * 2 * i * h),
-                  ("mlp.experts.down_proj", e * h * i)]  # fmt: skip
+    elif family.qk_norm == "full":  # Olmo2Attention / OlmoeAttention: over q's and k's whole width
+        layer += [("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", kv)]
+    if family.layout == "moe":  # the sparse block: the router's weight and every expert's matrices stacked
+        e, i = c[family.experts], c[family.expert_width]
+        router = [("mlp.gate.weight", e * h)]
+        experts = [("mlp.experts.gate_up_proj", e * 2 * i * h), ("mlp.experts.down_proj", e * h * i)]
+        layer += router + experts if family.router_first else experts + router
     layer += [t for name, n_in, n_out, bias in mlp for t in _linear(name, n_in, n_out, bias)]
     norms = ["input_layernorm", "post_attention_layernorm"]
     if family.layout == "gemma2":
         norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+    if family.layout == "olmo2":  # Olmo2DecoderLayer: no norm before attention or MLP, one after each
+        norms = ["post_attention_layernorm", "post_feedforward_layernorm"]
     layer += [(f"{norm}.weight", h) for norm in norms]
     return _Modules("model.embed_tokens", "model.layers", [], layer, [("model.norm.weight", h)],
                     [(n_in, n_out) for _, n_in, n_out, _ in attn + mlp])  # fmt: skip
@@ -272,7 +362,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
     for numel, count in top + [(n, layers) for _, n in m.layer]:
         sizes[numel] = sizes.get(numel, 0) + count
     num_embedding_params = v * h * (1 if tied else 2) + sum(n for _, n in m.pre)  # every nn.Embedding (count.py)
-    experts = c["num_local_experts"] if family.layout == "mixtral" else 1
+    experts = c[family.experts] if family.layout == "moe" else 1
     table = {
         "built_with": {"analytic": "zero_planner.models.analytic"},
         "attn_implementation": family.attn_implementation,
@@ -285,7 +375,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
         "largest_layer": {"name": largest_layer[0], "numel": largest_layer[1]},
         "architecture": {
             "hidden_size": h,
-            "intermediate_size": c["intermediate_size"],
+            "intermediate_size": c[family.expert_width],
             "num_attention_heads": c["num_attention_heads"],
             "num_key_value_heads": c["num_key_value_heads"],
             "head_dim": c["head_dim"],
@@ -294,7 +384,7 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
             "tie_word_embeddings": tied,
             "num_experts": experts,
             "num_experts_per_tok": c["num_experts_per_tok"] if experts > 1 else 1,
-            "gated_mlp": family.layout != "gpt2",
+            "gated_mlp": family.layout not in ("gpt2", "gpt_neox"),
         },
         "tensors": [[numel, count] for numel, count in sorted(sizes.items(), reverse=True)],
         "linear": {  # peft "all-linear": every projection of every layer, the head left out (count.py)
@@ -305,16 +395,17 @@ def analytic_table(config: dict[str, Any]) -> dict[str, Any] | None:
             "largest_numel": max(a * b for a, b in m.linears) if layers else 0,
         },
     }
-    if family.layout == "mixtral":
-        table["param_adapters"] = _mixtral_param_adapters(h, c["intermediate_size"], experts, layers)
+    if family.layout == "moe":
+        table["param_adapters"] = _moe_param_adapters(h, c[family.expert_width], experts, layers)
     return table
 
 
-def _mixtral_param_adapters(h: int, i: int, e: int, layers: int) -> dict[str, Any]:
-    """count.py _param_adapters for Mixtral, without importing peft: peft 0.21 ("all-linear", which it maps onto
-    transformers 5's fused experts) wraps the router [e, h], the gate_up stack [e, 2i, h] at twice the rank (gate and
-    up fused) and the down stack [e, h, i]; A [r * experts, in] and B [out, r * experts] each. The installed peft's
-    version is recorded as count.py records it; tests/test_analytic.py checks the two agree."""
+def _moe_param_adapters(h: int, i: int, e: int, layers: int) -> dict[str, Any]:
+    """count.py _param_adapters for Mixtral, Qwen3-MoE and OLMoE, without importing peft: peft 0.21 ("all-linear",
+    which it maps onto transformers 5's fused experts for the three alike) wraps the router [e, h], the gate_up stack
+    [e, 2i, h] at twice the rank (gate and up fused) and the down stack [e, h, i]; A [r * experts, in] and B
+    [out, r * experts] each. The installed peft's version is recorded as count.py records it;
+    tests/test_analytic.py checks the two agree for every benchmark config and odd shape of the three types."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -345,7 +436,8 @@ def parameter_order(config: dict[str, Any]) -> list[int] | None:
 def forward_modules(config: dict[str, Any]) -> tuple[list, list, list, int] | None:
     """Returns the modules that hold parameters, as (head, layer, tail, layers): the first three each a list of
     (module path, ((parameter name, numel), ...)) in registration order, which is the order one forward runs the
-    weight matrices (norms, too small to be fetched, may run earlier). `head` is the embedding (and learned
+    weight matrices (norms, too small to be fetched, may run earlier or later; qwen3_moe's router, registered after
+    the experts, is put before them). `head` is the embedding (and learned
     positions), `layer` one decoder layer (paths relative to it), `tail` the final norm and the lm_head, whose
     parameter is the embedding's where tied; `layers` the number of decoder layers. None where the config is not
     covered. ZeRO-3's coordinator fetches and releases parameters module by module in this order
@@ -365,7 +457,12 @@ def forward_modules(config: dict[str, Any]) -> tuple[list, list, list, int] | No
     head = [(m.embed, ((embed, c["vocab_size"] * c["hidden_size"]),))] + grouped(m.pre)
     lm_head = embed if c["tie_word_embeddings"] else "lm_head.weight"
     tail = grouped(m.post) + [("lm_head", ((lm_head, c["vocab_size"] * c["hidden_size"]),))]
-    return head, grouped(m.layer), tail, c["num_hidden_layers"]
+    layer = grouped(m.layer)
+    if not FAMILIES[c["model_type"]].router_first:  # Qwen3MoeSparseMoeBlock registers the experts first, runs the
+        # router first (its top-k picks the experts' rows)
+        k = next(n for n, (path, _) in enumerate(layer) if path == "mlp.experts")
+        layer[k], layer[k + 1] = layer[k + 1], layer[k]
+    return head, layer, tail, c["num_hidden_layers"]
 
 
 def _signature(config: dict[str, Any]) -> tuple | None:
@@ -374,7 +471,7 @@ def _signature(config: dict[str, Any]) -> tuple | None:
     c = _resolved(config)
     if c is None:
         return None
-    neutral = _NEUTRAL | FAMILIES[c["model_type"]].neutral
+    neutral = (_NEUTRAL | FAMILIES[c["model_type"]].neutral) - FAMILIES[c["model_type"]].reads
     return (c["model_type"], tuple(sorted((k, repr(v)) for k, v in c.items() if k not in neutral)))
 
 
@@ -403,18 +500,22 @@ def catalog_activations(config: dict[str, Any]) -> dict[str, Any] | None:
 def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     """Returns {layer, layer_per_seq, rest}: bytes per token autograd keeps in bf16/fp16 with SDPA, as
     models/activations.py traces them (attention_coefficients(config, "bfloat16", "sdpa")); None where not covered
-    (gemma2, and options of the other layouts named below). gpt2: _gpt2_sdpa_16bit.
+    (gemma2, and options of the other layouts named below). gpt2: _gpt2_sdpa_16bit; olmo2: _olmo2_sdpa_16bit;
+    gpt_neox: _gpt_neox_sdpa_16bit.
 
-    mixtral (transformers' grouped_mm experts, integrations/moe.py) keeps, in place of the dense MLP's 2(h + 4i):
-    the router's input (h, shared with the norm), the fp32 softmax of the router logits (4E) and the top-k
-    weights' sum that divides them (4); per routed copy of the token (top-k of them) its gathered input and the
-    down projection's output (2h + 2h), the gated MLP inside the expert (8i, as the dense one), and 40 bytes of
-    routing (top-k indices, the sort's permutation, its // k gather index and inverse, int64 8 each; the fp32
-    weight and its gathered copy, 4 each); and per micro-batch the grouped matmuls' int32 offsets (4E bytes, one
-    storage for both), which the trace's fit over its two lengths reports per token as 4E / TRACE_SEQ[0] +
-    4E / TRACE_SEQ[1]. Where the meta device cannot run the grouped matmuls (h or i not a
-    multiple of 8: 16-byte strides), the whole table is the closed form of activations.py, so None here; router
-    jitter noise and router logits in the loss keep more, so None too.
+    moe (transformers' grouped_mm experts, integrations/moe.py) keeps, in place of the dense MLP's 2(h + 4i):
+    the router's input (h, shared with the norm), the fp32 softmax of the router logits (4E) and, where the router
+    divides the top-k weights by their sum (mixtral always, qwen3_moe and olmoe with norm_topk_prob), that fp32 sum
+    (4); per routed copy of the token (top-k of them) its gathered input and the down projection's output
+    (2h + 2h), the gated MLP inside the expert (8i, as the dense one), 32 bytes of routing indices (top-k indices,
+    the sort's permutation, its // k gather index and inverse, int64 8 each) and the routing weight: mixtral keeps
+    the fp32 weight (the division's output) and its gathered copy (4 + 4); qwen3_moe and olmoe cast the weights to
+    16-bit and keep the gathered copy (2), and the fp32 top-k value the division keeps where they divide (4).
+    Per micro-batch the grouped matmuls' int32 offsets (4E bytes, one storage for both), which the trace's fit over
+    its two lengths reports per token as 4E / TRACE_SEQ[0] + 4E / TRACE_SEQ[1]. Where the meta device cannot run
+    the grouped matmuls (h or i not a multiple of 8: 16-byte strides), the whole table is the closed form of
+    activations.py, so None here; router jitter noise and router logits in the loss keep more, so None too, and so
+    does olmoe's clip_qkv (in-place clamps).
 
     phi3 keeps the same tensors (its fused qkv_proj and gate_up_proj outputs are split into the same widths), with
     cos and sin over the rotary dimensions only (partial_rotary_factor); a phi3 with dropout (resid_pdrop,
@@ -424,40 +525,115 @@ def sdpa_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
     normalised input of the weight multiply (2h); q/k/v keep their input (h), the SDPA kernels keep q, k, v, the
     output and an fp32 logsumexp per head (4 * heads), and o_proj keeps that same output (the kernels write it as
     (batch, seq, heads, dim), so transformers' transpose-and-contiguous makes no copy; phi3: a copy, q), the gated MLP keeps
-    its input, gate, act(gate), up and their product (h + 4i). qwen3's q/k RMSNorms keep the same three per head
-    row. Outside the layers: the final RMSNorm, lm_head's input (h), the fp32 logits (4V), rotary cos and sin
-    (16-bit, head_dim each, shared by all layers), the int64 input ids of the embedding and the shifted labels of
-    the loss (8 + 8), and per sequence the labels' padding element and the loss's fp32 total weight (12 bytes),
+    its input, gate, act(gate), up and their product (h + 4i). The q/k RMSNorms of qwen3 and qwen3_moe keep the
+    same three per head row (a rsqrt per head), olmoe's the same three per token over q's and k's whole width (one
+    rsqrt each). Outside the layers: the final RMSNorm, lm_head's input (h), the fp32 logits (4V), rotary cos and
+    sin (16-bit, head_dim each, shared by all layers), the int64 input ids of the embedding and the shifted labels
+    of the loss (8 + 8), and per sequence the labels' padding element and the loss's fp32 total weight (12 bytes),
     which the traced per-token figure spreads over the TRACE_SEQ[0]-token trace.
+
+    qwen3_moe, olmoe, olmo2 and gpt_neox (_CHECKED_OPTIONS) return None besides for what their closed forms were
+    not checked against: attention or hidden dropout, an activation other than the checked one (silu; gpt_neox:
+    gelu), and grouped-query attention with head_dim over 256 (transformers' SDPA then repeats k and v instead of
+    passing enable_gqa: integrations/sdpa_attention.py use_gqa_in_sdpa).
     """
     c = _resolved(config)
     if c is None or not FAMILIES[c["model_type"]].closed_form:
         return None
+    family = FAMILIES[c["model_type"]]
     h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    if c["model_type"] in _CHECKED_OPTIONS and (c["attention_dropout"] or (heads != kv_heads and hd > 256)):
+        return None
     rotary = hd  # width of cos and sin
-    if FAMILIES[c["model_type"]].layout == "phi3":
+    if family.layout == "phi3":
         if c["resid_pdrop"] or c["embd_pdrop"] or not isinstance(c["partial_rotary_factor"], (int, float)):
             return None
         # cos and sin: inv_freq over every other rotary dimension, concatenated twice (modeling_rope_utils.py)
         rotary = 2 * len(range(0, int(hd * c["partial_rotary_factor"]), 2))
-    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
-    if FAMILIES[c["model_type"]].layout == "gpt2":
+    if family.layout == "gpt2":
         return _gpt2_sdpa_16bit(c)
+    if family.layout == "gpt_neox":
+        return _gpt_neox_sdpa_16bit(c)
+    if c["model_type"] in _CHECKED_OPTIONS and c["hidden_act"] != "silu":
+        return None
+    if family.layout == "olmo2":
+        return _olmo2_sdpa_16bit(c)
     q, kv = heads * hd, kv_heads * hd
     mlp = 2 * (h + 4 * i)  # input, gate, act(gate), up, their product
-    if FAMILIES[c["model_type"]].layout == "mixtral":
-        e, k = c["num_local_experts"], c["num_experts_per_tok"]
-        if h % 8 or i % 8 or k > e or c["router_jitter_noise"] or c["output_router_logits"]:
+    if family.layout == "moe":
+        e, i, k = c[family.experts], c[family.expert_width], c["num_experts_per_tok"]
+        if h % 8 or i % 8 or k > e or c.get("router_jitter_noise") or c["output_router_logits"] or c.get("clip_qkv"):
             return None
-        mlp = 2 * h + 4 * e + 4 + k * (2 * h + 2 * h + 8 * i + 40) + 4 * e * (1 / TRACE_SEQ[0] + 1 / TRACE_SEQ[1])
+        divides = 4 if _flag(c, family.norm_topk) else 0  # the fp32 sum per token; the fp32 top-k value per copy
+        weight = 4 + 4 if family.fp32_routing_weights else 2  # mixtral: the weight and its gathered copy, fp32
+        routing = 32 + weight + (0 if family.fp32_routing_weights else divides)
+        offsets = 4 * e * (1 / TRACE_SEQ[0] + 1 / TRACE_SEQ[1])
+        mlp = 2 * h + 4 * e + divides + k * (2 * h + 2 * h + 8 * i + routing) + offsets
     norm = 4 * h + 4 + 2 * h  # fp32 input, fp32 rsqrt, 16-bit normalised input (bytes per row)
     # o_proj's input is the kernels' output (no copy) where q comes from its own projection; phi3 slices q from
     # the fused qkv output, rope then writes it head-major and the kernels' output follows: transformers copies it.
-    o_proj_copy = q if FAMILIES[c["model_type"]].layout == "phi3" else 0
+    o_proj_copy = q if family.layout == "phi3" else 0
     layer = 2 * norm + 2 * (h + 2 * q + 2 * kv + o_proj_copy) + 4 * heads + mlp
-    if FAMILIES[c["model_type"]].qk_norm:
+    if family.qk_norm == "head":
         layer += 6 * (q + kv) + 4 * (heads + kv_heads)
+    elif family.qk_norm == "full":
+        layer += 6 * (q + kv) + 4 + 4
     rest = norm + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 8 + 12 / TRACE_SEQ[0]
+    return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
+
+
+# Types whose closed forms return None for any option tests/test_analytic.py did not trace (named above).
+_CHECKED_OPTIONS = {"qwen3_moe", "olmoe", "olmo2", "gpt_neox"}
+
+
+def _olmo2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float]:
+    """Returns sdpa_16bit_activations for a resolved olmo2 config (silu, no dropout: checked by the caller).
+
+    Olmo2RMSNorm multiplies its weight by the fp32 normalised input and casts after, so each of its norms keeps
+    the fp32 input, the fp32 rsqrt per row and the fp32 normalised input (8w + 4 bytes for a w-wide row), where
+    llama's keeps the normalised input in 16 bits. Per layer: q/k/v keep the layer's input itself (h: no norm
+    before attention), q_norm and k_norm over q's and k's whole width (8q + 4, 8kv + 4), the SDPA kernels q, k, v,
+    the output (also o_proj's input: q_norm's output is (batch, seq, heads, dim), as llama's q_proj's) and the
+    logsumexp (4 * heads), the norm after attention (8h + 4) over o_proj's output, the gated MLP its input (the
+    residual sum) and its four i-wide tensors (2h + 8i), the norm after the MLP (8h + 4). Outside the layers: the
+    final norm (8h + 4), lm_head's input (2h), the fp32 logits (4V), cos and sin in fp32 (Olmo2RotaryEmbedding does
+    not cast them: 4 x head_dim each), the input ids and the labels (8 + 8) and per sequence the loss's 12 bytes."""
+    h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    heads, q, kv = c["num_attention_heads"], c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    norm = 4 * h + 4 + 4 * h  # fp32 input, fp32 rsqrt, fp32 normalised input (bytes per row)
+    attn = 2 * h + (8 * q + 4) + (8 * kv + 4) + 2 * q + 2 * kv + 2 * kv + 2 * q + 4 * heads
+    layer = attn + norm + 2 * h + 8 * i + norm
+    rest = norm + 2 * h + 4 * v + 2 * 4 * hd + 8 + 8 + 12 / TRACE_SEQ[0]
+    return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
+
+
+def _gpt_neox_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
+    """Returns sdpa_16bit_activations for a resolved gpt_neox config, or None for an option the closed form was not
+    checked against (hidden or attention dropout, an activation other than gelu, use_cache false).
+
+    Per layer, with the parallel residual (Pythia's): both LayerNorms read the layer's input, kept once (2h), and
+    each keeps an fp32 mean and rstd per row (8 + 8); their outputs are the inputs of query_key_value and
+    dense_h_to_4h (2h + 2h). q and k after the partial rotary embedding are new tensors (torch.cat of the rotated
+    and the passed-through dimensions: 2h + 2h); v is a view of the fused output, which the trace's forward
+    (use_cache on: DynamicCache concatenates k and v) replaces by a copy of its own (2h); the kernels keep their
+    output and logsumexp (2h + 4 * heads), and dense takes a copy of that output (2h: q is head-major after the cat,
+    the output follows and transformers' reshape copies it). The MLP keeps gelu's input and output (2i + 2i).
+    With use_parallel_residual false the second LayerNorm reads the sum after attention, its own input (2h more).
+    With use_cache false v would stay a view keeping query_key_value's whole output, but the trace does not run on
+    the meta device then (the causal mask calls .item()), so the table is activations.py's fallback: None here.
+    Outside the layers: the input ids (8), final_layer_norm (2h + 8), lm_head's input (2h), the fp32 logits (4V),
+    cos and sin in 16 bits over the rotary dimensions (rotary_pct of head_dim), the labels (8) and per sequence the
+    loss's 12 bytes."""
+    if c["hidden_dropout"] or c["hidden_act"] != "gelu" or not c["use_cache"]:
+        return None
+    h, i, v, heads = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"]
+    # cos and sin: inv_freq over every other rotary dimension, concatenated twice (GPTNeoXRotaryEmbedding)
+    rotary = 2 * len(range(0, int(c["head_dim"] * c["rotary_pct"]), 2))
+    norms = 2 * h + 2 * (4 + 4) + (0 if c["use_parallel_residual"] else 2 * h)
+    attn = 2 * h + 2 * h + 2 * h + 2 * h + 2 * h + 4 * heads + 2 * h  # qkv in, q, k, v, out, lse, dense in
+    layer = norms + attn + 2 * h + 2 * i + 2 * i  # dense_h_to_4h in, gelu in, gelu out
+    rest = 8 + (2 * h + 8) + 2 * h + 4 * v + 2 * 2 * rotary + 8 + 12 / TRACE_SEQ[0]
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
 
 
