@@ -101,22 +101,45 @@ def classify(error: BaseException, *, phase: str, step: int, output_dir: Path, r
     return None
 
 
+KILL_AT_ENV = "ZERO_RUN_KILL_AT"
+"""Fault injection for the fault tests: a phase name ("export"), at whose first file written rank 0 kills itself
+(SIGKILL, as kill -9 would), at a point a watcher from outside cannot hit reliably. Unset in every real run."""
+
+
+def kill_here_if_asked(phase: str, rank: int) -> None:
+    """SIGKILLs this process when $ZERO_RUN_KILL_AT names `phase` and this is rank 0 (KILL_AT_ENV)."""
+    if rank == 0 and os.environ.get(KILL_AT_ENV) == phase:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 FAULT_DIR_ENV = "ZERO_RUN_FAULT_DIR"
 """A folder on zero-run's own host (its temp dir) where ranks there also look to record a fault: the output folder
 may be the full disk that the fault is about."""
 
 
-def record_fault(output_dir: Path, *, rank: int, kind: str, message: str, phase: str, step: int) -> None:
+def record_fault(output_dir: Path, *, rank: int, kind: str, message: str, phase: str, step: int) -> bool:
     """Writes fault_rank{N}.json under output_dir or, where that cannot be written (a full disk, a read-only
-    folder), under $ZERO_RUN_FAULT_DIR; best effort: failing both, the rank's stderr line stays the record."""
+    folder), under $ZERO_RUN_FAULT_DIR; returns whether either was written (failing both, the rank's stderr line
+    is the only record)."""
     record = {"rank": rank, "kind": kind, "message": message, "phase": phase, "step": step, "time": time.time()}
     fallback = os.environ.get(FAULT_DIR_ENV)
     for folder in [Path(output_dir), *([Path(fallback)] if fallback else [])]:
         try:
             ckpt.write_json_atomic(folder / f"{FAULT_PREFIX}{rank}.json", record)
-            return
+            return True
         except OSError:
             continue
+    return False
+
+
+def zero_run_reports(recorded: bool) -> bool:
+    """Returns whether zero-run, which launched this rank, prints the fault's line itself (from the record, with
+    what was kept and the command that continues): then the rank says nothing, and the fault ends in one line,
+    not one per rank and zero-run's. Under another launcher ($ZERO_RUN_FAULT_DIR unset), or with no record
+    written, the rank's own line is the record."""
+    return recorded and bool(os.environ.get(FAULT_DIR_ENV))
 
 
 def read_fault(*folders: Path) -> dict[str, Any] | None:

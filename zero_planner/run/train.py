@@ -48,6 +48,7 @@ from zero_planner.plan.memory import (
 )
 from zero_planner.planfile import Plan, load_plan
 from zero_planner.run import checkpoint as ckpt
+from zero_planner.run import faults
 from zero_planner.run.training_args import add_training_arguments, apply_training_args
 
 EXIT_BAD_INPUT = 2
@@ -678,9 +679,8 @@ def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer,
 
 def _leave_on_fault(plan: Plan, output_dir: Path, ranks: Ranks, state, error: BaseException) -> None:
     """Records a fault (faults.classify: disk full, read-only folder, an export that does not read back, a lost
-    peer) and leaves with faults.EXIT_FAULT after one line on stderr; re-raises anything else (a bug keeps its
-    traceback). Checkpoints marked complete are untouched; a save cut short has no marker and is never resumed."""
-    from zero_planner.run import faults
+    peer) and leaves with faults.EXIT_FAULT, saying it on stderr unless zero-run will (faults.zero_run_reports);
+    re-raises anything else (a bug keeps its traceback). Checkpoints marked complete are untouched; a save cut short has no marker and is never resumed."""
 
     need = None
     if state.phase == "save":
@@ -691,8 +691,10 @@ def _leave_on_fault(plan: Plan, output_dir: Path, ranks: Ranks, state, error: Ba
     if found is None:
         raise error
     kind, message = found
-    faults.record_fault(output_dir, rank=ranks.rank, kind=kind, message=message, phase=state.phase, step=step)
-    print(f"zero-run: {message}", file=sys.stderr, flush=True)
+    recorded = faults.record_fault(output_dir, rank=ranks.rank, kind=kind, message=message, phase=state.phase,
+                                   step=step)  # fmt: skip
+    if not faults.zero_run_reports(recorded):
+        print(f"zero-run: {message}", file=sys.stderr, flush=True)
     os._exit(faults.EXIT_FAULT)
 
 
@@ -1213,6 +1215,7 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer, *, step: i
         tensors = {key: value.detach().to("cpu").contiguous() for key, value in shard.items()}
         save_file(tensors, str(final_dir / name), metadata={"format": "pt"})
         del tensors
+        faults.kill_here_if_asked("export", 0)  # the fault tests' kill -9 mid-export (only rank 0 writes here)
     if len(names) > 1:
         weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
