@@ -194,8 +194,6 @@ def fill(folder: Path, leave_bytes: int) -> None:
 def test_a_full_disk_while_writing_run_report_keeps_the_previous_report_and_says_so(small_disk):
     """run_report.json is written beside and renamed (write_json_atomic): on a full disk the write fails with the
     previous report whole and no temp file left, and the rank's fault is one line naming the report and the room."""
-    from zero_planner.run import faults
-
     out = small_disk / "run"
     out.mkdir()
     previous = {"status": "ok", "losses": [1.0, 0.5]}
@@ -221,8 +219,6 @@ def test_a_full_disk_while_writing_run_report_keeps_the_previous_report_and_says
 
 
 def test_a_rank_leaves_the_fault_line_to_zero_run_only_when_it_recorded_it(tmp_path, monkeypatch):
-    from zero_planner.run import faults
-
     monkeypatch.delenv(faults.FAULT_DIR_ENV, raising=False)
     assert faults.record_fault(tmp_path, rank=1, kind="disk-full", message="m", phase="save", step=2)
     assert not faults.zero_run_reports(True)  # another launcher: the rank's own line is the record
@@ -411,7 +407,6 @@ class TestExportAndFolder:
         assert f"step{STEPS} is corrupt" in captured.out and "checksum differs" in captured.out
         assert "resumed from" in captured.out and f"step{STEPS - 2}" in captured.out
         assert losses_of(out) == pytest.approx(clean, abs=1e-5)
-
 
     @pytest.mark.slow
     def test_a_folder_turning_read_only_mid_run_keeps_the_checkpoints_and_resumes(self, clean_run, small_disk):

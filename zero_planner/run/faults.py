@@ -102,13 +102,13 @@ def classify(error: BaseException, *, phase: str, step: int, output_dir: Path, r
 
 
 KILL_AT_ENV = "ZERO_RUN_KILL_AT"
-"""Fault injection for the fault tests: a phase name ("export"), at whose first file written rank 0 kills itself
-(SIGKILL, as kill -9 would), at a point a watcher from outside cannot hit reliably. Unset in every real run."""
+"""Fault injection for the fault tests: a phase name ("export"), at whose first file written the writing rank kills
+itself (SIGKILL, as kill -9 would), at a point a watcher from outside cannot hit reliably. Unset in every real run."""
 
 
-def kill_here_if_asked(phase: str, rank: int) -> None:
-    """SIGKILLs this process when $ZERO_RUN_KILL_AT names `phase` and this is rank 0 (KILL_AT_ENV)."""
-    if rank == 0 and os.environ.get(KILL_AT_ENV) == phase:
+def kill_here_if_asked(phase: str) -> None:
+    """SIGKILLs this process when $ZERO_RUN_KILL_AT names `phase` (KILL_AT_ENV)."""
+    if os.environ.get(KILL_AT_ENV) == phase:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)

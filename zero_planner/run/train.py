@@ -680,8 +680,8 @@ def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer,
 def _leave_on_fault(plan: Plan, output_dir: Path, ranks: Ranks, state, error: BaseException) -> None:
     """Records a fault (faults.classify: disk full, read-only folder, an export that does not read back, a lost
     peer) and leaves with faults.EXIT_FAULT, saying it on stderr unless zero-run will (faults.zero_run_reports);
-    re-raises anything else (a bug keeps its traceback). Checkpoints marked complete are untouched; a save cut short has no marker and is never resumed."""
-
+    re-raises anything else (a bug keeps its traceback). Checkpoints marked complete are untouched; a save cut
+    short has no marker and is never resumed."""
     need = None
     if state.phase == "save":
         need = faults.newest_checkpoint_bytes(output_dir) or _planned_checkpoint_bytes(plan)
@@ -1215,7 +1215,7 @@ def _write_hf_folder(module, state: dict, final_dir: Path, tokenizer, *, step: i
         tensors = {key: value.detach().to("cpu").contiguous() for key, value in shard.items()}
         save_file(tensors, str(final_dir / name), metadata={"format": "pt"})
         del tensors
-        faults.kill_here_if_asked("export", 0)  # the fault tests' kill -9 mid-export (only rank 0 writes here)
+        faults.kill_here_if_asked("export")  # the fault tests' kill -9 of rank 0 (the one writing) mid-export
     if len(names) > 1:
         weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
