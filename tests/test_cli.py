@@ -292,6 +292,30 @@ def test_chosen_row_and_why_it_wins_stand_out(real_memory, capsys):
     assert why.startswith("the fastest of") and re.search(r"(ahead of|as fast as \(simpler than\)) stage", why)
 
 
+def test_chosen_line_names_the_method_auto_took_and_why(real_memory, capsys):
+    # Llama 3 8B on two T4s: full fine-tuning does not fit, so --method auto plans an adapter method; the Chosen
+    # line says which (it read as a full fine-tuning plan) and the line below it says it replaced full.
+    assert main([*LLAMA, "--gpus", "2xT4", "--cpu-mem", "29GiB", "--method", "auto"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    chosen = out.split("Chosen: ")[1]
+    assert chosen.startswith(("QLoRA (adapters trained on a frozen 4-bit base), ZeRO stage",
+                              "LoRA (adapters trained, base weights frozen), ZeRO stage"))
+    assert "not full fine-tuning, which does not fit here (--method auto" in chosen
+    assert main(["--model", "gpt2", "--gpus", "1xH100", "--method", "auto"]) == 0  # full fits: no word of it
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.split("Chosen: ")[1].startswith("ZeRO stage") and "not full fine-tuning" not in out
+
+
+@pytest.mark.parametrize("gpus, measured", [("1xT4", False), ("1xH100", True), ("1xH200", True)])
+def test_stated_speed_error_only_for_gpus_it_was_measured_on(real_memory, capsys, gpus, measured):
+    # The step-time model's stated error is over runs on the GPUs it was fitted on; on a card never measured the
+    # plan says so instead of quoting that error.
+    assert main(["--model", "gpt2", "--gpus", gpus]) == 0
+    line = " ".join(capsys.readouterr().out.split()).split("estimated ")[1].split("not a measurement")[0]
+    assert ("median error" in line) is measured
+    assert ("never measured" in line and "error here is not known" in line) is (not measured)
+
+
 def test_explain_gives_each_reason_in_full(real_memory, capsys):
     assert main([*LLAMA, "--gpus", "2xT4", "--explain"]) == 1
     out = capsys.readouterr().out

@@ -404,7 +404,8 @@ def run(args: argparse.Namespace) -> int:
                                  show_reasons=args.explain)  # fmt: skip
         why = render.why_chosen(result.options, result.chosen) if fits else None
     if fits:
-        render.print_next_steps(console, result_plan, written, args.output, why=why)
+        render.print_next_steps(console, result_plan, written, args.output, why=why,
+                                method_asked=None if ds_config is not None else args.method)
         for kind, path in exported:
             render.say(console, f"{kind}: wrote {path}", hang="  ")
     elif args.output:

@@ -356,7 +356,15 @@ def candidate_text(candidate) -> str:
             f"{candidate.micro_batch_size}")
 
 
-def print_next_steps(console, plan: Plan, written, output: str | None, *, why: str | None = None) -> None:
+METHOD_CHOSEN_WORDS = {"lora": "LoRA (adapters trained, base weights frozen)",
+                       "qlora": "QLoRA (adapters trained on a frozen 4-bit base)"}
+"""How the Chosen line names an adapter method; full fine-tuning, the default, is not named."""
+
+
+def print_next_steps(console, plan: Plan, written, output: str | None, *, why: str | None = None,
+                     method_asked: str | None = None) -> None:
+    """Prints the chosen plan in words, its stated speed error, the files written and the launch line.
+    `method_asked` is the user's --method: under auto, a method other than full fine-tuning says why."""
     t, s = plan.training, plan.strategy
     world = plan.hardware.nodes * plan.hardware.gpus_per_node
     per_gpu = plan.estimate.per_gpu
@@ -366,8 +374,12 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
     if s.offload_param != "none":
         offload.append(f"parameters offloaded to {s.offload_param}")
     what = STAGE_WORDS[s.stage] + ("; " + ", ".join(offload) if offload else "")
-    say(console, f"Chosen: ZeRO stage {s.stage} ({what}), {t.precision}, gradient checkpointing "
+    method = f"{METHOD_CHOSEN_WORDS[t.method]}, " if t.method in METHOD_CHOSEN_WORDS else ""
+    say(console, f"Chosen: {method}ZeRO stage {s.stage} ({what}), {t.precision}, gradient checkpointing "
         f"{'on' if t.gradient_checkpointing else 'off'}", hang="  ", style="bold green")  # fmt: skip
+    if method_asked == "auto" and t.method != "full":
+        say(console, f"  method: {METHOD_WORDS[t.method]}, not full fine-tuning, which does not fit here "
+            f"(--method auto; --method full shows what would)", hang="    ")  # fmt: skip
     if why:
         say(console, f"  why: {why}", hang="    ")
     say(console, f"  batch: micro-batch {t.micro_batch_size} x accumulation {t.gradient_accumulation_steps} x "
@@ -392,14 +404,21 @@ def print_next_steps(console, plan: Plan, written, output: str | None, *, why: s
         median, largest = cal.stated_error(world, chosen.bound)
         on = " on several GPUs" if world > 1 and cal.several_gpus_median_error else ""
         over = f", for {BOUND_TEXT[chosen.bound]}" if chosen.bound and cal.bound_errors else ""
-        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, ±{median:.0%} "
-            f"median error on architectures left out of its fit{on}{over}, up to {largest:.0%}; not a measurement)",
-            hang="    ")  # fmt: skip
+        measured = plan.hardware.gpu in cal.fitted_gpus()
+        if measured:
+            error = (f"±{median:.0%} median error on architectures left out of its fit{on}{over}, up to "
+                     f"{largest:.0%}")
+        else:  # the stated error is over the fitted GPUs' runs; it says nothing of a card never measured
+            error = (f"{plan.hardware.gpu} never measured: scaled from its catalog peaks, fitted on "
+                     f"{' and '.join(cal.fitted_gpus())} runs, so its error here is not known")
+        say(console, f"  estimated {chosen.tokens_per_second:,.0f} tokens/s (step-time model, {error}; not a "
+            f"measurement)", hang="    ")  # fmt: skip
         close = runner_up_within(plan.candidates, chosen, median)
         if close is not None:
             slower = 1 - close.tokens_per_second / chosen.tokens_per_second
-            say(console, f"  the next best, {candidate_text(close)}, is predicted {slower:.1%} slower: within that "
-                f"error, so the order of the two is not known; on the training machine, --gpus auto --probe 2 "
+            within = "within that error" if measured else "within the error on the GPUs measured"
+            say(console, f"  the next best, {candidate_text(close)}, is predicted {slower:.1%} slower: {within}, "
+                f"so the order of the two is not known; on the training machine, --gpus auto --probe 2 "
                 f"times both", hang="    ")  # fmt: skip
     elif chosen is not None and chosen.tokens_per_second is None:
         say(console, "  tokens/s: not modelled for CPU processes (the step-time model describes GPUs)", hang="    ")
