@@ -112,3 +112,25 @@ def test_cluster_and_price_lists():
     assert parse_prices("h100=2.5,A100-80GB=1.8") == {"H100-SXM": 2.5, "A100-80GB": 1.8}
     with pytest.raises(InputError, match="priced twice"):
         parse_prices("H100=2,h100-sxm=3")
+
+
+def test_rows_of_different_methods_say_which(narrow, capsys):
+    # Llama 3 8B under --method auto: eight H100s fine-tune it fully, one A100 only with LoRA, two T4s only with
+    # QLoRA. Ranked on time alone they read as one training done sooner or later; the table names each row's
+    # method, the note says they differ, and the line to plan the fastest passes its method.
+    rc, answer = _json(capsys, [*LLAMA, "--compare", "8xH100,1xA100-80GB,2xT4",
+                                "--method", "auto"])
+    assert rc == 0
+    methods = {r["cluster"]: r["plan"]["method"] for r in answer["clusters"]}
+    assert methods["8xH100"] == "full" and {methods["1xA100-80GB"], methods["2xT4"]} <= {"lora", "qlora"}
+    assert main([*LLAMA, "--compare", "1xA100-80GB,2xT4", "--method", "auto"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("#"))
+    assert "method" in header
+    text = " ".join(out.split())
+    assert "the rows train different methods" in text or methods["1xA100-80GB"] == methods["2xT4"]
+    assert f"--gpus 1xA100-80GB --method {methods['1xA100-80GB']} -o plan.json" in text
+    assert main(["--model", "gpt2", "--compare", "1xT4,1xH100"]) == 0  # one method: no column, no note
+    out = capsys.readouterr().out
+    assert "method" not in next(line for line in out.splitlines() if line.startswith("#"))
+    assert "train different methods" not in out

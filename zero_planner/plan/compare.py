@@ -156,7 +156,8 @@ def row_json(row: ClusterRow) -> dict[str, Any]:
                 "micro_batch_size": chosen.micro_batch_size,
                 "gradient_accumulation_steps": chosen.gradient_accumulation_steps,
                 "gpu_total_bytes": chosen.memory.total_bytes, "cpu_total_bytes": chosen.memory.cpu_total_bytes,
-                "precision": row.result.precision}  # fmt: skip
+                "precision": row.result.precision,
+                "method": row.result.plan.training.method if row.result.plan is not None else None}  # fmt: skip
     return {"cluster": row.label, "gpu": row.cluster.gpu.name, "nodes": row.cluster.nodes,
             "gpus_per_node": row.cluster.gpus_per_node, "fits": row.fits, "plan": best,
             "tokens_per_second": row.tokens_per_second, "hours": row.hours, "gpu_hours": row.gpu_hours,

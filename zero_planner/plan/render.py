@@ -460,25 +460,37 @@ def comparison_table(rows, *, title: str, caption: str):
 
     table = Table(title=title, caption=caption, header_style="bold", title_justify="left", caption_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)  # fmt: skip
-    for name, justify in (("#", "right"), ("cluster", "left"), ("best plan", "left"), ("GiB/GPU", "right"),
-                          ("tokens/s", "right"), ("time", "right"), ("GPU-h", "right"), ("$/GPU-h", "right"),
-                          ("cost", "right")):  # fmt: skip
+    methods = [row_method(row) for row in rows]
+    mixed = any(m not in (None, "full") for m in methods)  # full fine-tuning beside LoRA/QLoRA rows: say which
+    for name, justify in (("#", "right"), ("cluster", "left"), *((("method", "left"),) if mixed else ()),
+                          ("best plan", "left"), ("GiB/GPU", "right"), ("tokens/s", "right"), ("time", "right"),
+                          ("GPU-h", "right"), ("$/GPU-h", "right"), ("cost", "right")):  # fmt: skip
         table.add_column(name, justify=justify, no_wrap=name != "best plan")
-    for rank, row in enumerate(rows, 1):
+    for rank, (row, method) in enumerate(zip(rows, methods), 1):
         chosen = row.result.chosen
+        named = (METHOD_SHORT.get(method, "-"),) if mixed else ()
         if chosen is None:
-            table.add_row("", cluster_text(row.cluster), "nothing fits", "-", "-", "-", "-",
+            table.add_row("", cluster_text(row.cluster), *named, "nothing fits", "-", "-", "-", "-",
                           _price(row.price_per_gpu_hour), "-", style="dim")  # fmt: skip
             continue
         best = (f"{chosen.strategy.name} {'ckpt' if chosen.gradient_checkpointing else 'no ckpt'} "
                 f"{chosen.micro_batch_size}x{chosen.gradient_accumulation_steps}")  # fmt: skip
         rate = row.tokens_per_second
-        table.add_row(str(rank), cluster_text(row.cluster), best, gib(chosen.memory.total_bytes),
+        table.add_row(str(rank), cluster_text(row.cluster), *named, best, gib(chosen.memory.total_bytes),
                       f"{rate:,.0f}" if rate else "n/a", duration_text(row.hours),
                       f"{row.gpu_hours:,.0f}" if row.gpu_hours is not None else "-", _price(row.price_per_gpu_hour),
                       f"${row.cost:,.0f}" if row.cost is not None else "-",
                       style="bold green" if rank == 1 else None)  # fmt: skip
     return table
+
+
+METHOD_SHORT = {"full": "full", "lora": "LoRA", "qlora": "QLoRA"}
+
+
+def row_method(row) -> str | None:
+    """Returns the method of a --compare row's best plan (full, lora, qlora), None where nothing fits."""
+    plan = row.result.plan
+    return plan.training.method if plan is not None else None
 
 
 def _price(price: float | None) -> str:
@@ -509,10 +521,17 @@ def print_comparison(console, rows, *, spec_name: str, spec, tokens: int, seq_le
             cheapest = min(priced, key=lambda r: r.cost)
             line += f"; cheapest: {cluster_text(cheapest.cluster)}, ${cheapest.cost:,.0f} ({duration_text(cheapest.hours)})"
         say(console, line)
+    if len({m for m in map(row_method, rows) if m is not None}) > 1:
+        say(console, "note: the rows train different methods (full fine-tuning where it fits, else LoRA or QLoRA: "
+            "--method auto): full fine-tuning updates every weight, the adapter methods only the adapters, so a "
+            "faster row is not the same training done sooner", hang="  ")  # fmt: skip
     for note in notes:
         say(console, f"note: {note}", hang="  ")
     for row in rows:
         if not row.fits and row.result.advice:
             say(console, f"{cluster_text(row.cluster)}: nothing fits; {row.result.advice[0]}", hang="  ")
     if timed:
-        say(console, f"Plan one of them: zero-plan --model {spec_name} --gpus {timed[0].label} -o plan.json")
+        method = row_method(timed[0])
+        method_flag = f" --method {method}" if method not in (None, "full") else ""
+        say(console, f"Plan one of them: zero-plan --model {spec_name} --gpus {timed[0].label}{method_flag} "
+            f"-o plan.json")
