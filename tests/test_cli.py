@@ -156,6 +156,8 @@ def _bad_ds_configs(tmp_path):
         ([*LLAMA, "--gpus", "2xT4", "--method", "lora", "--lora-dropout", "1.5"], "probability"),
         ([*LLAMA, "--gpus", "2xT4", "--method", "dora"], "full, lora, qlora"),
         ([*LLAMA, "--gpus", "2xT4", "--task", "chat"], "causal-lm, seq-cls"),
+        (["--model", "gpt2", "--gpus", "1xH100", "--task", "seq-cls", "--eval-split", "0.05"],
+         "--eval-split 0.05: zero-run evaluates causal-lm only"),  # was planned and silently not evaluated
         ([*LLAMA, "--gpus", "2xT4", "--cpu-mem", "lots"], "bad size"),
         (["--model", "no-such-org/no-such-model-xyz", "--gpus", "2xT4"], "not in the built-in catalog"),
         (["--model", "llama3-8b-typo", "--gpus", "2xT4"], "catalog"),

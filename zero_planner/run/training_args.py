@@ -188,6 +188,9 @@ def apply_training_args(plan: Plan, args: argparse.Namespace, *, planning: bool)
     missing local dataset).
     """
     t = plan.training
+    if t.task == "seq-cls" and getattr(args, "eval_split", None) is not None:
+        raise InputError(f"--eval-split {args.eval_split}: zero-run evaluates causal-lm only (held-out loss); "
+                         f"a seq-cls run has no eval, so drop --eval-split")  # fmt: skip
     for dest, name in _TRAINING_FIELDS:
         value = getattr(args, dest, None)
         if value is not None:
