@@ -124,32 +124,39 @@ def test_tensorboard_events_match_the_run_report(tmp_path):
     steps = 4
     plan = make_plan("2", output_dir=str(out), max_steps=steps, eval_split="0.05", eval_every=2)
     save_plan(plan, tmp_path / "plan.json")
-    assert main([str(tmp_path / "plan.json"), "--report-to", "tensorboard", "--save", "none"]) == 0
+    assert main([str(tmp_path / "plan.json"), "--report-to", "tensorboard,csv", "--save", "none"]) == 0
     report = json.loads((out / "run_report.json").read_text())
     assert not (out / "final").exists() and not (out / "checkpoints").exists()  # --save none keeps nothing else
 
     events = EventAccumulator(str(out / "logs" / "zero-run"))
     events.Reload()
     scalars = set(events.Tags()["scalars"])
-    assert {"Train/Samples/train_loss", "Train/Samples/eval_loss", "Train/Samples/learning_rate",
-            "Train/Samples/tokens_per_second", "Train/Samples/host_rss_GiB"} <= scalars  # fmt: skip
+    assert {"Train/Steps/train_loss", "Train/Steps/eval_loss", "Train/Steps/learning_rate",
+            "Train/Steps/tokens_per_second", "Train/Steps/host_rss_GiB"} <= scalars  # fmt: skip
+    # One learning-rate series (DeepSpeed's own lr, the next step's rate, is dropped), and every series over the
+    # optimizer step, DeepSpeed's own included (its global sample count was the x of each)
+    assert not any(tag.startswith("Train/Samples/") or tag.endswith("/lr") for tag in scalars), scalars
 
     def series(tag):
         return [(e.step, e.value) for e in events.Scalars(tag)]
 
-    samples_per_step = plan.deepspeed_config["train_batch_size"]  # x: DeepSpeed's global sample count, as its own events
-    loss = series("Train/Samples/train_loss")
-    assert [x for x, _ in loss] == [samples_per_step * (i + 1) for i in range(steps)]
+    samples_per_step = plan.deepspeed_config["train_batch_size"]
+    loss = series("Train/Steps/train_loss")
+    assert [x for x, _ in loss] == list(range(1, steps + 1))
     assert [v for _, v in loss] == pytest.approx(report["losses"], rel=1e-6)  # event files store float32
-    evals = series("Train/Samples/eval_loss")
-    assert [(x // samples_per_step, v) for x, v in evals] == [
-        (e["step"], pytest.approx(e["loss"], rel=1e-6)) for e in report["eval_losses"]]  # fmt: skip
+    evals = series("Train/Steps/eval_loss")
+    assert [(x, v) for x, v in evals] == [(e["step"], pytest.approx(e["loss"], rel=1e-6)) for e in report["eval_losses"]]
     assert len(evals) == 2
-    assert [v for _, v in series("Train/Samples/learning_rate")] == pytest.approx([3e-3] * steps)
+    assert [(x, v) for x, v in series("Train/Steps/learning_rate")] == [
+        (i + 1, pytest.approx(3e-3)) for i in range(steps)]  # fmt: skip
     tokens_per_step = samples_per_step * plan.training.seq_len
-    assert [v for _, v in series("Train/Samples/tokens_per_second")] == pytest.approx(
+    assert [v for _, v in series("Train/Steps/tokens_per_second")] == pytest.approx(
         [tokens_per_step / s for s in report["step_times_s"]], rel=1e-5)  # fmt: skip
-    rss = [v for _, v in series("Train/Samples/host_rss_GiB")]
+    # The CSV monitor's files: its `step` column holds the optimizer step (it held DeepSpeed's sample count)
+    rows = (out / "logs" / "zero-run" / "Train_Steps_train_loss.csv").read_text().split()
+    assert rows[0] == "step,train_loss" and [int(r.split(",")[0]) for r in rows[1:]] == list(range(1, steps + 1))
+    assert not list((out / "logs" / "zero-run").glob("Train_Samples_*.csv"))
+    rss = [v for _, v in series("Train/Steps/host_rss_GiB")]
     assert all(0 < v * GIB <= report["ranks"][0]["host_rss_bytes"] for v in rss)
 
     # The run's page is written beside the report, with a point per step and per evaluation.

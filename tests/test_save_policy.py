@@ -357,7 +357,7 @@ def test_save_final_interrupted_writes_the_model_so_far(tmp_path, capfd):
     import time
 
     out = tmp_path / "run"
-    csv = out / "logs" / "zero-run" / "Train_Samples_train_loss.csv"
+    csv = out / "logs" / "zero-run" / "Train_Steps_train_loss.csv"
 
     def interrupt_after_three_steps():
         deadline = time.time() + 240

@@ -440,7 +440,29 @@ def _build_engine(plan: Plan, ds_config: dict[str, Any], ranks: Ranks, meter, *,
     engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config,
                                       lr_scheduler=lr_scheduler_factory(t.lr_scheduler, warmup_steps, max_steps))  # fmt: skip
     del model  # the engine holds the module; no second name keeps it alive past an export that frees it
+    _log_by_step(engine)
     return engine, attn, trainable, warmup_steps
+
+
+MONITOR_PREFIX = "Train/Steps/"
+"""The series zero-run's monitors write: Train/Steps/train_loss, learning_rate, eval_loss, tokens_per_second, ..."""
+
+
+def _log_by_step(engine) -> None:
+    """Puts every event the run's monitors get, DeepSpeed's own and zero-run's, on one axis, the optimizer step:
+    DeepSpeed writes its events at its global sample count (Train/Samples/...), which TensorBoard's axis and the
+    CSV files' `step` column then held. DeepSpeed's own lr is dropped: it is logged after its scheduler stepped
+    (the next step's rate), beside zero-run's learning_rate, the rate the step trained with."""
+    monitor = getattr(engine, "monitor", None)
+    if monitor is None or not monitor.enabled:
+        return
+    write, samples_per_step = monitor.write_events, engine.train_batch_size()
+
+    def write_by_step(events):
+        write([(MONITOR_PREFIX + name.rsplit("/", 1)[-1], value, x // samples_per_step)
+               for name, value, x in events if name != "Train/Samples/lr"])  # fmt: skip
+
+    monitor.write_events = write_by_step
 
 
 def _start_line(plan: Plan, inputs: RunInputs, ds_config: dict[str, Any], output_dir: Path, *, attn: str, world: int,
@@ -789,8 +811,8 @@ def _monitor_step(engine, meter, *, loss: float, lr: float, tokens_per_second: f
     """Logs one optimizer step: loss, the learning rate it used, its tokens/s and the run's peak memory so far
     (device peak allocated on a GPU, host RSS on CPU), in GiB.
 
-    The x value is DeepSpeed's global sample count, as its own events (Train/Samples/lr) use: W&B takes one
-    increasing step per run, so every event of a step must share it."""
+    The x value is DeepSpeed's global sample count, as its own events (Train/Samples/lr) use: _log_by_step turns
+    both into the optimizer step, which W&B takes as its one increasing step per run."""
     monitor = getattr(engine, "monitor", None)
     if monitor is None or not monitor.enabled:
         return
