@@ -405,6 +405,24 @@ def test_real_llama3_8b_on_two_t4s_plans_or_explains(real_memory):
         assert re.search(r"\d+\.\d GiB", text) and "--method lora" in text
 
 
+def test_advice_offers_only_what_deepspeed_runs_at_the_users_micro_batch(real_memory):
+    # Llama 3 8B on two Kaggle T4s (29 GiB host): LoRA fits only under ZeRO-3 with its parameters offloaded, which
+    # DeepSpeed 0.19 stops in the first step. The advice said "--method lora fits with stage 3-offload-all" and the
+    # --method auto table beside it said "fails in DeepSpeed"; now it says LoRA fits only there and why not.
+    cluster = parse_gpus("2xT4", "29GiB")
+    result = plan(LLAMA3_8B, cluster, seq_len=2048, grad_ckpt=True)
+    assert not result.fits
+    lora = [line for line in result.advice if line.startswith("--method lora")]
+    assert lora == [next(line for line in lora if "fits only with stage 3-offload-all, which does not run" in line)]
+    adapters = plan(LLAMA3_8B, cluster, seq_len=2048, grad_ckpt=True, method="lora")
+    broken = {o.strategy.name for o in adapters.options if options.known_failure("lora", o.strategy)}
+    assert "3-offload-all" in broken and not adapters.fits
+    # The user's --micro-batch 8: each way out is tried there first, and says where it needs a smaller one.
+    asked = plan(LLAMA3_8B, cluster, seq_len=2048, micro_batch=8)
+    qlora = next(line for line in asked.advice if line.startswith("--method qlora"))
+    assert "at micro-batch 1" in qlora and "not at --micro-batch 8" in qlora
+
+
 def test_real_plan_micro_batch_is_the_largest_fitting(real_memory):
     cluster = parse_gpus("8xA100-80GB", "1TiB")
     result = plan(LLAMA3_8B, cluster, seq_len=2048)

@@ -28,13 +28,15 @@ def _smallest(
 
 
 def _first_fit(
-    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool]
-) -> tuple[Strategy, bool, MemoryEstimate] | None:
-    """Returns the first (strategy, ckpt, memory) that fits at micro-batch 1, in strategy order, or None."""
-    for strategy in strategies:
-        for ckpt in ckpts:
-            if ev.why_not(strategy, ckpt, 1) is None:
-                return strategy, ckpt, ev.memory(strategy, ckpt, 1)
+    ev: Evaluator, strategies: Sequence[Strategy], ckpts: Sequence[bool], micro_batch: int | None = None
+) -> tuple[Strategy, bool, MemoryEstimate, int] | None:
+    """Returns the first (strategy, ckpt, memory, micro-batch) that fits, in strategy order, or None: at the
+    user's --micro-batch where given (what they asked for), else, or where nothing fits there, at micro-batch 1."""
+    for mb in dict.fromkeys((micro_batch or 1, 1)):
+        for strategy in strategies:
+            for ckpt in ckpts:
+                if ev.why_not(strategy, ckpt, mb) is None:
+                    return strategy, ckpt, ev.memory(strategy, ckpt, mb), mb
     return None
 
 
@@ -42,12 +44,19 @@ def _ckpt_text(ckpt: bool) -> str:
     return "with gradient checkpointing" if ckpt else "without checkpointing"
 
 
-def _fit_text(fit: tuple[Strategy, bool, MemoryEstimate], *, host: bool = False) -> str:
-    """Returns how a _first_fit answer fits: its stage and checkpointing at micro-batch 1, with the GiB per GPU (and
-    per host node)."""
-    strategy, ckpt, memory = fit
+def _fit_text(fit: tuple[Strategy, bool, MemoryEstimate, int], *, host: bool = False,
+              asked: int | None = None) -> str:
+    """Returns how a _first_fit answer fits: its stage and checkpointing at its micro-batch, with the GiB per GPU
+    (and per host node); `asked` (the user's --micro-batch) is named where the fit needed a smaller one."""
+    strategy, ckpt, memory, mb = fit
     host_text = f", {_gib(memory.cpu_total_bytes)} host per node" if host else ""
-    return f"stage {strategy.name} {_ckpt_text(ckpt)} at micro-batch 1 ({_gib(memory.total_bytes)} per GPU{host_text})"
+    return (f"stage {strategy.name} {_ckpt_text(ckpt)} at micro-batch {mb} ({_gib(memory.total_bytes)} per "
+            f"GPU{host_text}{_not_asked(asked, mb)})")
+
+
+def _not_asked(asked: int | None, micro_batch: int) -> str:
+    """Returns ', not at --micro-batch 8' where a fit needed a smaller micro-batch than the user's."""
+    return f", not at --micro-batch {asked}" if asked and asked != micro_batch else ""
 
 
 def _layouts(cluster: Cluster):
@@ -95,16 +104,17 @@ def advice(
         f"{_gib(memory.cpu_total_bytes)} of host memory per node (limit {_gib(ev.host_cap_bytes)})"
     )
     if micro_batch is not None and micro_batch > 1:
-        fit = _first_fit(ev, strategies, ckpts)
+        fit = _first_fit(ev, strategies, ckpts, 1)
         if fit:
             lines.append(
                 f"--micro-batch 1 fits (stage {fit[0].name} {_ckpt_text(fit[1])}, {_gib(fit[2].total_bytes)} per GPU)"
             )
     if len(strategies) < len(every) or len(ckpts) < 2:
-        fit = _first_fit(ev, every, both)
+        fit = _first_fit(ev, every, both, micro_batch)
         if fit:
             flag = "--grad-checkpointing" if fit[1] else "--no-grad-checkpointing"
-            lines.append(f"--stage {fit[0].name} {flag} fits at micro-batch 1 ({_gib(fit[2].total_bytes)} per GPU)")
+            lines.append(f"--stage {fit[0].name} {flag} fits at micro-batch {fit[3]} ({_gib(fit[2].total_bytes)} "
+                         f"per GPU{_not_asked(micro_batch, fit[3])})")
 
     # More host memory: offload options whose GPU side fits but whose host side does not.
     gpu_cap = ev.gpu_cap_bytes
@@ -134,13 +144,13 @@ def advice(
     found = None
     for bigger in [] if cluster.is_cpu else _layouts(cluster):
         bigger_ev = ev.like(cluster=bigger)
-        fit = _first_fit(bigger_ev, every, both)
+        fit = _first_fit(bigger_ev, every, both, micro_batch)
         if fit:
             found = (bigger, fit)
             break
     if found:
         bigger, fit = found
-        lines.append(f"more GPUs: --gpus {_gpus_text(bigger)} fits with {_fit_text(fit, host=True)}")
+        lines.append(f"more GPUs: --gpus {_gpus_text(bigger)} fits with {_fit_text(fit, host=True, asked=micro_batch)}")
     elif not cluster.is_cpu:
         lines.append(
             f"more GPUs: no count of {cluster.gpu.name} up to {MAX_WORLD_SIZE_SEARCHED} fits at --seq-len {ev.seq_len}"
@@ -150,9 +160,9 @@ def advice(
     seq = ev.seq_len // 2
     while seq >= MIN_SEQ_LEN_SUGGESTED:
         short_ev = ev.like(seq_len=seq)
-        fit = _first_fit(short_ev, every, both)
+        fit = _first_fit(short_ev, every, both, micro_batch)
         if fit:
-            lines.append(f"a shorter sequence: --seq-len {seq} fits with {_fit_text(fit)}")
+            lines.append(f"a shorter sequence: --seq-len {seq} fits with {_fit_text(fit, asked=micro_batch)}")
             break
         seq //= 2
     else:
@@ -162,11 +172,18 @@ def advice(
         fitting = []
         for method in ("lora",) + (() if cluster.is_cpu else ("qlora",)):
             adapter_ev = ev.like(method=method)
-            fit = _first_fit(adapter_ev, every, both)
+            # the strategies DeepSpeed runs for this method (LoRA under ZeRO-3 parameter offload does not run)
+            runnable = [s for s in STRATEGIES.values() if not known_failure(method, s)]
+            fit = _first_fit(adapter_ev, runnable, both, micro_batch)
             if fit:
                 trainable = trainable_params(spec, adapter_ev.workload(False, 1))
                 fitting.append(f"--method {method} (r={adapter_ev.lora.r}: {trainable / 1e6:.1f}M trainable parameters) "
-                               f"fits with {_fit_text(fit)}")  # fmt: skip
+                               f"fits with {_fit_text(fit, asked=micro_batch)}")  # fmt: skip
+            else:
+                broken = _first_fit(adapter_ev, [s for s in STRATEGIES.values() if known_failure(method, s)], both)
+                if broken:
+                    lines.append(f"--method {method} fits only with stage {broken[0].name}, which does not run: "
+                                 f"{known_failure(method, broken[0]).removeprefix('does not run: ')}")  # fmt: skip
         if fitting:
             lines += fitting
             lines.append("--method auto plans both and takes the faster that fits")
