@@ -165,10 +165,13 @@ def test_resume_continues_with_the_same_losses(text_run, tmp_path):
     report = report_of(out)
     assert report["steps"] == STEPS and (out / "final" / "model.safetensors").exists()
     assert report["losses"] == pytest.approx(report_of(straight)["losses"], abs=1e-5)
-    last_eval = [e["loss"] for e in report["eval_losses"] if e["step"] == STEPS]
-    assert last_eval == pytest.approx([e["loss"] for e in report_of(straight)["eval_losses"] if e["step"] == STEPS],
-                                      abs=1e-5)  # fmt: skip
-    assert len(last_eval) == 1
+    # Every evaluation, step 2's from before the resume included (the checkpoint keeps them), as the straight run's
+    assert [e["step"] for e in report["eval_losses"]] == [e["step"] for e in report_of(straight)["eval_losses"]]
+    assert [e["loss"] for e in report["eval_losses"]] == pytest.approx(
+        [e["loss"] for e in report_of(straight)["eval_losses"]], abs=1e-5)  # fmt: skip
+    assert report["resumed_from_step"] == 2 and report_of(straight)["resumed_from_step"] == 0
+    page = (out / "run_report.html").read_text()
+    assert 'class="mark" data-series="resumed (step 2)"' in page and "resumed from step 2" in page
 
 
 def tree_digest(folder: Path) -> str:

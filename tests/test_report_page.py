@@ -84,6 +84,16 @@ def test_steps_with_cache_flushes_are_marked_and_counted_per_rank():
     assert "<td>0</td></tr>" in page and "<td>3 in 2 steps</td></tr>" in page
 
 
+def test_a_resumed_run_is_marked_where_it_resumed():
+    report = gpu_report()
+    assert marks(render_page(report), "mark") == 0  # a run from the start, or a report from before the field
+    report["resumed_from_step"] = 12
+    page = render_page(report)
+    assert marks(page, "mark", "resumed (step 12)") == 2  # the loss and tokens/s charts
+    assert "30 (ok, resumed from step 12)" in page
+    assert marks(page, "point", "eval loss") == len(report["eval_losses"])  # the evals before it drawn too
+
+
 def test_page_without_phases_or_device_figures():
     report = gpu_report(phases=False)
     for row in report["ranks"]:

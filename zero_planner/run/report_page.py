@@ -33,7 +33,7 @@ MAX_MARKERS = 200
 MAX_LINE_POINTS = 2000
 """Longer series are thinned to about this many points (every k-th, the last kept) before drawing."""
 COLORS = {"train": "#0072B2", "eval": "#D55E00", "warm": "#999999", "measured": "#0072B2", "predicted": "#E69F00",
-          "average": "#009E73", "reserved": "#56B4E9", "flush": "#CC79A7"}  # Okabe-Ito: told apart with colour blindness  # fmt: skip
+          "average": "#009E73", "reserved": "#56B4E9", "flush": "#CC79A7", "resume": "#000000"}  # Okabe-Ito: told apart with colour blindness  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -155,10 +155,12 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def line_chart(chart_id: str, title: str, series: Sequence[Series], *, x_label: str, y_label: str,
-               y_from_zero: bool = False, value_text=_fmt, rules: Sequence[tuple[str, float, str]] = ()) -> str:  # fmt: skip
-    """Returns a <figure> with one SVG line chart; `rules` are horizontal reference lines (name, y, colour)."""
+               y_from_zero: bool = False, value_text=_fmt, rules: Sequence[tuple[str, float, str]] = (),
+               marks: Sequence[tuple[str, float, str]] = ()) -> str:  # fmt: skip
+    """Returns a <figure> with one SVG line chart; `rules` are horizontal reference lines (name, y, colour),
+    `marks` vertical ones (name, x, colour: the step a run resumed from)."""
     drawn = [s for s in series if s.points]
-    xs = [x for s in drawn for x, _ in s.points]
+    xs = [x for s in drawn for x, _ in s.points] + ([x for _, x, _ in marks] if drawn else [])
     ys = [y for s in drawn for _, y in s.points] + [y for _, y, _ in rules]
     if not xs:
         return _empty(chart_id, title, "nothing to draw: the run recorded no steps")
@@ -169,6 +171,10 @@ def line_chart(chart_id: str, title: str, series: Sequence[Series], *, x_label: 
         out.append(f'<line class="rule" data-series="{_esc(name)}" x1="{LEFT}" y1="{py:.1f}" x2="{WIDTH - RIGHT}" '
                    f'y2="{py:.1f}" stroke="{color}" stroke-dasharray="6 4"><title>{_esc(name)}: '
                    f'{_esc(value_text(y))}</title></line>')  # fmt: skip
+    for name, x, color in marks:
+        px = frame.px(x)
+        out.append(f'<line class="mark" data-series="{_esc(name)}" x1="{px:.1f}" y1="{TOP}" x2="{px:.1f}" '
+                   f'y2="{HEIGHT - BOTTOM}" stroke="{color}" stroke-dasharray="2 3"><title>{_esc(name)}</title></line>')  # fmt: skip
     for s in drawn:
         points = _thin(s.points)
         coords = " ".join(f"{frame.px(x):.1f},{frame.py(y):.1f}" for x, y in points)
@@ -182,7 +188,8 @@ def line_chart(chart_id: str, title: str, series: Sequence[Series], *, x_label: 
                            f'cy="{frame.py(y):.1f}" r="3" fill="{s.color}"><title>{_esc(s.name)} at step '
                            f'{_fmt(x)}: {_esc(value_text(y))}</title></circle>')  # fmt: skip
         out.append("</g>")
-    out += _legend([(s.name, s.color, s.dashed) for s in drawn] + [(name, color, True) for name, _, color in rules])
+    out += _legend([(s.name, s.color, s.dashed) for s in drawn]
+                   + [(name, color, True) for name, _, color in (*rules, *marks)])  # fmt: skip
     return "\n".join(out + ["</svg></figure>"])
 
 
@@ -246,7 +253,14 @@ def loss_chart(report: dict[str, Any]) -> str:
     evals = [(float(e["step"]), float(e["loss"])) for e in report.get("eval_losses") or []]
     series = [train] + ([Series("eval loss", evals, COLORS["eval"], dashed=True)] if evals else [])
     return line_chart("loss", "Loss per optimizer step", series, x_label="optimizer step", y_label="loss",
-                      value_text=lambda v: f"{v:.4f}")  # fmt: skip
+                      value_text=lambda v: f"{v:.4f}", marks=resume_marks(report))  # fmt: skip
+
+
+def resume_marks(report: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """The vertical line at the step a resumed run continued from (its losses and evals before it are the
+    checkpoint's); none for a run from the start or a report written before zero-run recorded it."""
+    step = report.get("resumed_from_step") or 0
+    return [(f"resumed (step {step})", float(step), COLORS["resume"])] if step else []
 
 
 def tokens_per_step(report: dict[str, Any]) -> int:
@@ -276,7 +290,8 @@ def throughput_chart(report: dict[str, Any]) -> str:
     if report.get("predicted_tokens_per_second"):
         rules.append(("predicted", float(report["predicted_tokens_per_second"]), COLORS["predicted"]))
     return line_chart("throughput", f"Tokens/s per step ({per_step:,} tokens a step)", series, x_label="optimizer step",
-                      y_label="tokens/s", y_from_zero=True, value_text=lambda v: f"{v:,.0f}", rules=rules)  # fmt: skip
+                      y_label="tokens/s", y_from_zero=True, value_text=lambda v: f"{v:,.0f}", rules=rules,
+                      marks=resume_marks(report))  # fmt: skip
 
 
 def device_chart(report: dict[str, Any]) -> str:
@@ -356,7 +371,9 @@ def _summary(report: dict[str, Any]) -> str:
         ("shape", f"{report.get('world_size')} ranks x micro-batch {report.get('micro_batch_size')} x accumulation "
                   f"{report.get('gradient_accumulation_steps')} x {report.get('seq_len')} tokens"),
         ("device", report.get("device")),
-        ("steps", f"{report.get('steps')} ({report.get('status')})"),
+        ("steps", f"{report.get('steps')} ({report.get('status')}"
+                  + (f", resumed from step {report['resumed_from_step']}" if report.get("resumed_from_step") else "")
+                  + ")"),
         ("loss", f"{losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "-"),
         ("tokens/s", (f"{tps:,.0f}" if tps else "-") + (f" (predicted {predicted:,.0f})" if predicted else "")),
         ("kept", report.get("save", "-")),
@@ -390,7 +407,8 @@ def _flushes(report: dict[str, Any], rank: dict[str, Any]) -> str:
 
 STYLE = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222; margin: 24px;
-       max-width: 800px; }
+       max-width: 1280px; }
+figure.chart svg { width: 100%; height: auto; }
 h1 { font-size: 20px; margin: 0 0 12px; }
 table { border-collapse: collapse; margin: 8px 0 16px; }
 th, td { padding: 2px 10px 2px 0; text-align: left; }

@@ -256,10 +256,10 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         engine, attn, trainable, warmup_steps = _build_engine(plan, ds_config, ranks, meter, weights=inputs.weights,
                                                               pad_token_id=inputs.pad_token_id,
                                                               scratch_dir=output_dir, max_steps=max_steps)  # fmt: skip
-        start_step, losses = 0, []
+        start_step, losses, evals = 0, [], []
         if resume:
             meter.enter("resume")
-            start_step, losses = _resume(engine, ckpt_dir, ranks, console, ranks.world_size, peft=peft)
+            start_step, losses, evals = _resume(engine, ckpt_dir, ranks, console, ranks.world_size, peft=peft)
         # --save-total-limit never prunes the checkpoint this run continues from.
         resumed_from = ckpt_dir / ckpt.tag_for(start_step) if start_step else None
     except torch.OutOfMemoryError as error:
@@ -275,7 +275,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     console.print(_start_line(plan, inputs, ds_config, output_dir, attn=attn, world=ranks.world_size, stage=stage,
                               trainable=trainable, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
                               start_step=start_step, max_steps=max_steps))  # fmt: skip
-    state = LoopState(step=start_step, losses=losses)
+    state = LoopState(step=start_step, losses=losses, eval_losses=evals, resumed_from_step=start_step)
     warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
     try:
         _train_loop(engine, plan, ranks, meter, console, stop, state, inputs=inputs, order=order, ckpt_dir=ckpt_dir,
@@ -505,7 +505,9 @@ class LoopState:
     """Seconds of the steps that count for tokens/s (see counts_for_speed)."""
     timed_steps: int = 0
     eval_losses: list[dict[str, float]] = field(default_factory=list)
-    """{"step", "loss"} of each evaluation."""
+    """{"step", "loss"} of each evaluation (a resumed run's earlier ones restored from the checkpoint)."""
+    resumed_from_step: int = 0
+    """The checkpoint's step this run resumed from; 0 for a run from the start."""
     step_times: list[float] = field(default_factory=list)
     """Seconds of each optimizer step of this run (checkpoints and eval excluded)."""
     alloc_retry_steps: list[tuple[int, int]] = field(default_factory=list)
@@ -655,7 +657,7 @@ def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: Loop
         state.phase = "save"
         meter.enter("save")
         _save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft, node_local=node_local,
-              resumed_from=resumed_from)
+              resumed_from=resumed_from, eval_losses=state.eval_losses)
         meter.enter("train")
         console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
 
@@ -769,6 +771,7 @@ def run_report(plan: Plan, all_stats: list[dict[str, Any]], state: LoopState, in
         versions=versions,
     )
     report["eval_losses"] = state.eval_losses
+    report["resumed_from_step"] = state.resumed_from_step
     report["step_times_s"] = state.step_times
     report["warmup_steps"] = warm  # steps before these left out of tokens_per_second
     report["data"] = {"dataset": t.dataset, "format": inputs.data_format, "blocks": len(inputs.blocks),
@@ -1044,8 +1047,8 @@ def _batch(rows: dict[str, list], task: str, device, *, pin: bool = False) -> di
 
 def _resume(
     engine, ckpt_dir: Path, ranks: Ranks, console, world: int, *, peft: bool = False
-) -> tuple[int, list[float]]:
-    """Loads the newest checkpoint every rank can read; returns (step, losses so far).
+) -> tuple[int, list[float], list[dict[str, float]]]:
+    """Loads the newest checkpoint every rank can read; returns (step, losses so far, evaluations so far).
 
     LoRA checkpoints hold only the trainable parameters (the frozen base comes from the plan), so their
     module state is loaded non-strictly.
@@ -1075,10 +1078,11 @@ def _resume(
         if ranks.all_ok(ok):
             console.print(f"resumed from {path} (step {step})")
             reapply_schedule(engine.lr_scheduler)
-            return step, [float(x) for x in state.get("losses", [])][:step]
+            evals = [e for e in state.get("eval_losses", []) if e["step"] <= step]  # none in older markers
+            return step, [float(x) for x in state.get("losses", [])][:step], evals
         console.print(f"[yellow]warning:[/] checkpoint {path} could not be loaded on every rank; trying an earlier one")
     console.print(f"[yellow]warning:[/] no complete checkpoint under {ckpt_dir}; starting from step 0")
-    return 0, []
+    return 0, [], []
 
 
 def reapply_schedule(scheduler) -> None:
@@ -1097,7 +1101,8 @@ def reapply_schedule(scheduler) -> None:
 
 
 def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, world: int, plan: Plan, *,
-          peft: bool = False, node_local: bool = False, resumed_from: Path | None = None) -> None:  # fmt: skip
+          peft: bool = False, node_local: bool = False, resumed_from: Path | None = None,
+          eval_losses: list[dict[str, float]] = ()) -> None:  # fmt: skip
     """Saves a DeepSpeed checkpoint, then (all ranks done) the writer marks it complete and prunes old ones down to
     training.save_total_limit, never this one nor `resumed_from` (the checkpoint this run continued from): rank 0,
     or with node-local checkpoints each node's first rank, for the files of its node.
@@ -1111,10 +1116,11 @@ def _save(engine, ckpt_dir: Path, step: int, losses: list[float], ranks: Ranks, 
     ranks.barrier()
     engine.save_checkpoint(str(ckpt_dir), tag=tag_dir.name, exclude_frozen_parameters=peft)
     ranks.barrier()
-    if node_local:
-        losses = ranks.broadcast(losses)  # every node's marker holds rank 0's losses, as a shared one does
+    if node_local:  # every node's marker holds rank 0's losses, as a shared one does
+        losses, eval_losses = ranks.broadcast(losses), ranks.broadcast(list(eval_losses))
     if ranks.checkpoint_writer:
-        state = {"step": step, "losses": losses, "world_size": world, "seed": plan.training.seed, "time": time.time()}
+        state = {"step": step, "losses": losses, "eval_losses": list(eval_losses), "world_size": world,
+                 "seed": plan.training.seed, "time": time.time()}  # fmt: skip
         if node_local:
             state["node"] = ranks.node
         ckpt.write_marker(tag_dir, state)
