@@ -374,6 +374,12 @@ def run(args: argparse.Namespace) -> int:
         result_plan, fits = result.plan, result.fits
 
     if fits:
+        from zero_planner.plan.measured import measured_note
+
+        measured = measured_note(spec.model_type, result_plan.training.method)
+        result_plan.notes.append(measured)
+        if ds_config is None:
+            result.notes.append(measured)  # what print_plan_result prints (a --ds-config estimate prints plan.notes)
         result_plan.notes += apply_training_args(result_plan, args, planning=True)
         if args.dataset or args.eval_split:
             from zero_planner.run.data import check_local_data
