@@ -244,3 +244,24 @@ def test_checker_finds_an_upward_import(tmp_path):
     assert [str(e) for e in upward_imports(import_edges(write_package(tmp_path / "b", files)))] == [
         "pkg.run.train -> pkg.cli (pkg/run/train.py:1)"
     ]
+
+
+def test_strategy_names_are_listed_once():
+    # Adding a strategy family: its name goes into strategies.STRATEGIES and nowhere else. The CLI's choices, the
+    # probe's and the report's orders read it; the family table must name every strategy and no other.
+    from zero_planner.cli import STAGE_CHOICES
+    from zero_planner.run.report import STAGE_ORDER
+    from zero_planner.strategies import STRATEGIES, STRATEGY_FAMILIES
+
+    assert STAGE_CHOICES == ("auto", *STRATEGIES) and STAGE_ORDER == list(STRATEGIES)
+    assert set(STRATEGY_FAMILIES) == set(STRATEGIES)
+    written = []  # a list, tuple or set literal holding three or more strategy names, outside strategies.py
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        if path.name == "strategies.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                names = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in STRATEGIES]
+                if len(names) >= 3:
+                    written.append(f"{path.relative_to(PACKAGE_DIR)}:{node.lineno} {names}")
+    assert written == []

@@ -30,6 +30,7 @@ from zero_planner.run.training_args import (
     parsed_number,
     positive_int,
 )
+from zero_planner.strategies import STRATEGIES
 from zero_planner.versions import drift_note
 
 PROG = "zero-plan"
@@ -37,7 +38,7 @@ DEFAULT_SEQ_LEN = 2048
 """--seq-len when not given: 2048 tokens, or the model's maximum when that is shorter (the output says so)."""
 EXIT_FITS, EXIT_NOTHING_FITS, EXIT_BAD_INPUT = 0, 1, 2
 GIB = 2**30
-STAGE_CHOICES = ("auto", "0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all")
+STAGE_CHOICES = ("auto", *STRATEGIES)  # the names listed once, in strategies.py
 PRECISION_CHOICES = ("auto", "bf16", "fp16", "fp32")
 METHOD_CHOICES = ("full", "lora", "qlora", "auto")
 EXPORT_CHOICES = ("hf-trainer", "accelerate", "axolotl", "llamafactory", "trl")

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from zero_planner.planfile import Candidate, Plan
+from zero_planner.strategies import STRATEGIES
 
 GIB = 2**30
-STAGE_ORDER = ["0", "1", "2", "2-offload", "3", "3-offload", "3-offload-all"]
+STAGE_ORDER = list(STRATEGIES)  # least sharded first, as strategies.py lists them
 
 
 def gib(num_bytes: int | None) -> str:
