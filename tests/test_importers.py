@@ -551,6 +551,24 @@ def test_hf_trainer_with_a_deepspeed_json_is_that_json(tmp_path, capsys):
     assert "device_map" not in notes  # DeepSpeed, not DDP
 
 
+@pytest.mark.parametrize("optim", ["adamw_8bit", "ademamix"])
+def test_an_offloaded_optimizer_is_deepspeeds_cpu_adam(tmp_path, capsys, optim):
+    """With the optimizer offloaded and no optimizer section, Accelerate (under HF Trainer) swaps the trainer's
+    optimizer for DeepSpeedCPUAdam: what the estimate counts, so neither an upper-bound note nor a refusal."""
+    ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"}}
+    args = _ds_file(tmp_path, "args.json", {"per_device_train_batch_size": 2, "bf16": True, "optim": optim,
+                                            "deepspeed": ds})  # fmt: skip
+    gpus = ["--model", "Qwen/Qwen2.5-0.5B", "--gpus", "2xA100-80GB", "--cpu-mem", "64GiB", "--seq-len", "512"]
+    plan = _json_answer(capsys, [*gpus, "--from-hf-trainer", args])
+    notes = " | ".join(plan["notes"])
+    assert f"optim {optim} is not used: with the optimizer offloaded, Accelerate hands DeepSpeed its CPU Adam" in notes
+    assert "upper bound" not in notes and plan["strategy"]["name"] == "2-offload"
+    kept = _ds_file(tmp_path, "kept.json", {"per_device_train_batch_size": 2, "bf16": True, "optim": "adamw_8bit",
+                                            "deepspeed": {**ds, "zero_force_ds_cpu_optimizer": False}})  # fmt: skip
+    kept_notes = " | ".join(_json_answer(capsys, [*gpus, "--from-hf-trainer", kept])["notes"])
+    assert "optim adamw_8bit (bitsandbytes' 8-bit AdamW" in kept_notes and "of host memory per node" in kept_notes
+
+
 def test_accelerate_ddp_on_two_gpus(capsys, tmp_path):
     """docs/examples/accelerate_ddp_2gpu.yaml (MULTI_GPU, fp16, two processes): ZeRO stage 0 at --micro-batch,
     the same as that stage-0 JSON with --ds-config; without --micro-batch, the largest that fits under the margin,

@@ -443,6 +443,11 @@ LARGER_OPTIMIZERS = {
     "grokadamw": "GrokAdamW keeps a gradient average beside Adam's two moments (12 B per parameter)",
 }
 """optim values that keep more than AdamW: refused, since an estimate with AdamW's states would be too low."""
+CPU_OPTIMIZERS = {"adagrad": "DeepSpeedCPUAdagrad", "lion_32bit": "DeepSpeedCPULion", "paged_lion_32bit": "DeepSpeedCPULion"}
+"""With the optimizer offloaded, Accelerate (under HF Trainer too) swaps the trainer's optimizer for a DeepSpeed CPU
+one (accelerate accelerator.py _prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed, unless the
+JSON sets zero_force_ds_cpu_optimizer false): these for torch's Adagrad and bitsandbytes' 32-bit Lion,
+DeepSpeedCPUAdam (two fp32 moments, what the estimate counts) for every other."""
 HF_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "optim": "adamw_torch_fused"}
 """TrainingArguments' defaults (transformers 5.x training_args.py) for the keys that size memory."""
 DDP_NOTE = ("no DeepSpeed: plain DistributedDataParallel, each of the {n} {gpus} holding the whole model and "
@@ -504,6 +509,19 @@ def _hf_optimizer(path: str | Path, data: dict[str, Any], ds: dict[str, Any], no
             notes.append(f"optim {optim} is not used: the DeepSpeed JSON's optimizer section "
                          f"({ds['optimizer'].get('type', 'auto')}) is (transformers integrations/deepspeed.py, "
                          f"deepspeed_optim_sched)")  # fmt: skip
+        return None
+    zero = ds.get("zero_optimization") if isinstance(ds.get("zero_optimization"), dict) else {}
+    offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
+    if offload.get("device") in ("cpu", "nvme") and ds.get("zero_force_ds_cpu_optimizer", True) is not False:
+        if optim in ADAMW_OPTIMIZERS:
+            return optim
+        if optim in CPU_OPTIMIZERS:
+            notes.append(f"optim {optim} runs as DeepSpeed's {CPU_OPTIMIZERS[optim]} with the optimizer offloaded "
+                         f"(Accelerate's map_pytorch_optim_to_deepspeed)")  # fmt: skip
+            return optim
+        notes.append(f"optim {optim} is not used: with the optimizer offloaded, Accelerate hands DeepSpeed its CPU "
+                     f"Adam instead (two fp32 moments, as estimated; accelerate utils/deepspeed.py, "
+                     f"map_pytorch_optim_to_deepspeed; zero_force_ds_cpu_optimizer false keeps {optim})")  # fmt: skip
         return None
     if optim in LARGER_OPTIMIZERS:
         raise InputError(f"{_where(tool, path, 'optim')} {optim!r}: {LARGER_OPTIMIZERS[optim]}, more than the AdamW "
@@ -641,6 +659,7 @@ def _accelerate_deepspeed(path: str | Path, data: dict[str, Any], precision: str
         zero[key] = {"device": device}
         if device == "nvme":
             zero[key]["nvme_path"] = plugin.get(f"{key}_nvme_path", "/local_nvme")
+    zero["stage3_gather_16bit_weights_on_model_save"] = bool(plugin.get("zero3_save_16bit_model", False))
     ds = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": accum,
           "zero_optimization": zero}  # fmt: skip
     if plugin.get("gradient_clipping") is not None:
