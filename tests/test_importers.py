@@ -593,6 +593,12 @@ def test_accelerate_ddp_on_two_gpus(capsys, tmp_path):
     assert given["estimate"] == chosen["estimate"]
     above = _json_answer(capsys, [*GPT2_T4, "--from-accelerate", config, "--micro-batch", str(micro + 1)])
     assert above["estimate"]["per_gpu"]["total"] > limit
+    capsys.readouterr()
+    too_big = ["--model", "meta-llama/Meta-Llama-3-8B", "--gpus", "2xT4", "--seq-len", "512"]
+    assert main([*too_big, "--from-accelerate", config, "--json"]) == 1  # nothing fits: says where to look
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["fits"] is False and answer["plan"]["training"]["micro_batch_size"] == 1
+    assert any("zero-plan without --from-accelerate weighs the ZeRO stages" in n for n in answer["plan"]["notes"])
 
 
 def test_accelerate_deepspeed_zero2_offload(capsys, tmp_path):

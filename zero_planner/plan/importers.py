@@ -818,6 +818,9 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         notes.append(DDP_NOTE.format(n=cluster.world_size, gpus="processes" if cluster.is_cpu else "GPUs"))
         if not cluster.is_cpu:
             notes.append(DEVICE_MAP_NOTE)
+    if imported.ddp and not est.fits:
+        notes.append("as DDP every GPU holds the whole model and its optimizer states: zero-plan without "
+                     f"{FLAGS[imported.tool]} weighs the ZeRO stages that shard them (and LoRA, QLoRA with --method auto)")  # fmt: skip
     notes += _optimizer_notes(imported, est, cluster)
     json_source = "no DeepSpeed" if imported.ddp else f"DeepSpeed JSON: {imported.ds_config_source}"
     source = f"{NAMES[imported.tool]} config {imported.path} ({json_source})"
