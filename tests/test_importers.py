@@ -508,6 +508,22 @@ def test_the_seeds_training_arguments(tmp_path, capsys):
     assert "naive model parallelism" in " ".join(human.split()) and "headroom" in human
 
 
+def test_lora_comes_from_the_flags(tmp_path, capsys):
+    """TrainingArguments hold no adapter (the script's peft config does): --method lora and --lora-* give it, the
+    same estimate as those flags with the equivalent --ds-config; --method auto is refused."""
+    lora = ["--method", "lora", "--lora-r", "8", "--lora-dropout", "0", "--lora-targets", "c_attn"]
+    plan = _json_answer(capsys, [*GPT2_T4, *lora, "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")])
+    assert plan["training"]["method"] == "lora" and plan["training"]["lora"]["r"] == 8
+    assert any(n.startswith("--method lora: the TrainingArguments JSON holds no adapter") for n in plan["notes"])
+    ds = _ds_file(tmp_path, "ddp.json", {"zero_optimization": {"stage": 0}, "fp16": {"enabled": True},
+                                         "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 16})  # fmt: skip
+    same = _json_answer(capsys, [*GPT2_T4, *lora, "--ds-config", ds])
+    assert plan["estimate"] == same["estimate"] and plan["model"] == same["model"]
+    capsys.readouterr()
+    assert main([*GPT2_T4, "--method", "auto", "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")]) == 2
+    assert "--method auto chooses a method; with --from-hf-trainer give full, lora or qlora" in capsys.readouterr().err
+
+
 def test_to_json_string_output_and_its_run_settings(tmp_path, capsys):
     """What TrainingArguments.to_json_string() writes (every field) is read as it stands; its length, learning
     rate and save limit go into the plan (the command line's flags win)."""

@@ -340,6 +340,9 @@ def run(args: argparse.Namespace) -> int:
 
         if imported.seq_len is None:  # TrainingArguments and Accelerate name no length, nor did --seq-len
             imported = importers.with_length(imported, seq_len)
+        if imported.tool in importers.ADAPTERS_FROM_FLAGS:  # nor adapters: the script's peft config holds them
+            lora = _lora_info(args, spec) if args.method in ("lora", "qlora") else None
+            imported = importers.with_adapter(imported, args.method, lora)
         estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
                                       pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs,
                                       data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip

@@ -491,8 +491,9 @@ def _hf_trainer(path: str | Path, data: dict[str, Any]) -> ImportedConfig:
 
 
 def _hf_optimizer(path: str | Path, data: dict[str, Any], ds: dict[str, Any], notes: list[str]) -> str | None:
-    """Returns the optim value the trainer builds (None where the DeepSpeed JSON's optimizer section is used).
-    Raises InputError for a value TrainingArguments does not know, or one that keeps more than AdamW."""
+    """Returns the optim value whose states the run keeps: None where DeepSpeed's optimizer runs instead (the
+    JSON's optimizer section, or CPU Adam for an offloaded optimizer). Raises InputError for a value
+    TrainingArguments does not know, or one that keeps more than AdamW."""
     tool = "hf_trainer"
     hf = hf_catalog()["hf_trainer"]
     known = sorted({*hf["optimizers"], *hf.get("legacy", {}).get("optimizers", ()), *ADAMW_OPTIMIZERS})
@@ -699,6 +700,25 @@ def with_overrides(imported: ImportedConfig, *, seq_len: int | None, micro_batch
     return replace(imported, **changes, notes=notes) if changes else imported
 
 
+ADAPTERS_FROM_FLAGS = ("hf_trainer", "accelerate")
+"""Tools whose file holds no adapter settings (the script's peft does): --method and --lora-* give them."""
+
+
+def with_adapter(imported: ImportedConfig, method: str, lora: LoraInfo | None) -> ImportedConfig:
+    """Returns `imported` (a file without adapter settings) trained with --method `method` and its --lora-* `lora`,
+    noted. Raises InputError for --method auto, which chooses rather than estimates."""
+    if method == "full":
+        return imported
+    if method == "auto":
+        raise InputError(f"--method auto chooses a method; with {FLAGS[imported.tool]} give full, lora or qlora")
+    lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else ",".join(lora.target_modules)
+    note = (f"--method {method}: {GIVEN_BY[imported.tool]} holds no adapter (your script's peft config does): rank "
+            f"{lora.r}, alpha {lora.alpha}, dropout {lora.dropout:g}, targets {targets} (--lora-r, --lora-alpha, "
+            f"--lora-dropout, --lora-targets)")  # fmt: skip
+    return replace(imported, method=method, lora=lora, notes=[*imported.notes, note])
+
+
 def with_length(imported: ImportedConfig, seq_len: int) -> ImportedConfig:
     """Returns `imported` (a file with no sequence length, and no --seq-len given) at zero-plan's default
     `seq_len`, noted."""
@@ -794,7 +814,9 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
     if lora is not None:
         from zero_planner.plan.options import lora_for_model
 
-        given = f"{_where(imported.tool, imported.path, 'lora_dropout')} {lora.dropout:g}" if lora.dropout else None
+        where = "--lora-dropout" if imported.tool in ADAPTERS_FROM_FLAGS else _where(imported.tool, imported.path,
+                                                                                      "lora_dropout")  # fmt: skip
+        given = f"{where} {lora.dropout:g}" if lora.dropout else None
         lora = lora_for_model(spec, lora, imported.method, dropout_given=given)
 
     def at(config: ImportedConfig):
