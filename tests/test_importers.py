@@ -658,6 +658,7 @@ HF_BAD = [
     ({"fp16": True, "bf16": True}, "bf16 and fp16 are both true; set one"),
     ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be a positive integer, got 0"),
     ({"fp16": "yes"}, "fp16 'yes' is not one of true, false"),
+    ({"bf16": True}, "args.json': bf16: T4 has no bf16; use fp16"),
     ({"deepspeed": "missing.json"}, "deepspeed 'missing.json': no such file"),
     ({"per_device_train_batch_size": 2, "fp16": True, "deepspeed": {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}},
      "train_micro_batch_size_per_gpu 4 but the TrainingArguments JSON gives 2 (per_device_train_batch_size, 2 GPUs); HF Trainer refuses"),

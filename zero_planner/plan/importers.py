@@ -810,6 +810,9 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         raise InputError(f"{_where(imported.tool, imported.path, SEQ_LEN_KEYS[imported.tool])} {imported.seq_len} is "
                          f"above {spec.name}'s maximum of {spec.max_position_embeddings} tokens")  # fmt: skip
     _check_processes(imported, cluster)
+    if resolve_precision(imported, cluster) == "bf16" and not cluster.gpu.bf16:
+        key = "mixed_precision" if imported.tool == "accelerate" else "bf16"
+        raise InputError(f"{_where(imported.tool, imported.path, key)}: {cluster.gpu.name} has no bf16; use fp16")
     lora = imported.lora
     if lora is not None:
         from zero_planner.plan.options import lora_for_model
