@@ -240,6 +240,8 @@ def test_import_does_not_load_heavy_libraries():
     ["--model", "gpt2", "--gpus", "2xT4"],
     [*LLAMA, "--gpus", "2xT4", "--cpu-mem", "29GiB", "--method", "auto", "--explain"],  # LoRA and QLoRA planned
     [*LLAMA, "--gpus", "2x8xH100", "--wide"],
+    ["--model", "gpt2", "--gpus", "2xT4", "--from-hf-trainer", "docs/examples/hf_trainer_args.json"],
+    ["--model", "gpt2", "--gpus", "2xT4", "--from-accelerate", "docs/examples/accelerate_ddp_2gpu.yaml"],
 ])  # fmt: skip
 def test_catalog_plan_does_not_load_heavy_libraries(argv):
     # The whole default path, not only the import: catalog model, planning, rich output. No torch, and no

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -429,3 +430,282 @@ def test_sequence_longer_than_the_model_names_the_yaml_key(tmp_path, capsys):
     assert main(["--from-axolotl", str(yml), "--gpus", "2xT4"]) == 2
     err = capsys.readouterr().err
     assert "sequence_len 4096 is above" in err and "1024" in err
+
+
+# --- HF Trainer and Accelerate (issue 59) -------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+GPT2_T4 = ["--model", "gpt2", "--gpus", "2xT4", "--cpu-mem", "32GiB", "--seq-len", "512"]
+
+
+def _json_answer(capsys, argv: list[str]) -> dict:
+    capsys.readouterr()
+    rc = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out)
+
+
+def _ds_file(tmp_path, name: str, config: dict) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_hf_keys_are_the_installed_transformers():
+    """hf_keys.json is what scripts/hf_keys.py reads from the installed transformers: a transformers upgrade that
+    adds or drops a TrainingArguments field or an optimizer fails here (rebuild with scripts/hf_keys.py)."""
+    import dataclasses
+
+    pytest.importorskip("transformers")
+    from transformers.training_args import OptimizerNames, TrainingArguments
+
+    hf = importers.hf_catalog()["hf_trainer"]
+    assert hf["keys"] == sorted(f.name for f in dataclasses.fields(TrainingArguments) if f.init)
+    assert hf["optimizers"] == sorted(o.value for o in OptimizerNames)
+    assert not set(hf["legacy"]["keys"]) & set(hf["keys"])
+    # Every optimizer TrainingArguments takes is sorted into modelled, smaller (an upper bound) or refused.
+    classified = {*importers.ADAMW_OPTIMIZERS, *importers.SMALLER_OPTIMIZERS, *importers.LARGER_OPTIMIZERS}
+    assert set(hf["optimizers"]) | set(hf["legacy"]["optimizers"]) <= classified
+
+
+def test_accelerate_keys_are_the_installed_accelerate():
+    import dataclasses
+    import re
+
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config import cluster
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.utils import DistributedType
+
+    acc = importers.hf_catalog()["accelerate"]
+    assert acc["keys"] == sorted(f.name for f in dataclasses.fields(ClusterConfig))
+    written = set(re.findall(r'deepspeed_config\["(\w+)"\]', Path(cluster.__file__).read_text()))
+    assert acc["deepspeed_keys"] == sorted(written)
+    assert acc["distributed_types"] == sorted(t.value for t in DistributedType)
+    assert set(importers.ACCELERATE_TYPES) <= set(acc["distributed_types"])
+
+
+def test_the_seeds_training_arguments(tmp_path, capsys):
+    """docs/examples/hf_trainer_args.json, the seeds users' arguments (8 per device, 16 accumulated, fp16,
+    adamw_8bit, two checkpoints kept, no DeepSpeed): plain DDP, estimated as the same stage-0 JSON given with
+    --ds-config; the 8-bit optimizer is named as not modelled with the upper bound it puts on the estimate."""
+    plan = _json_answer(capsys, [*GPT2_T4, "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")])
+    t = plan["training"]
+    assert (t["micro_batch_size"], t["gradient_accumulation_steps"], t["precision"]) == (8, 16, "fp16")
+    assert t["gradient_checkpointing"] is False and t["save_total_limit"] == 2 and t["seq_len"] == 512
+    assert plan["strategy"]["stage"] == 0 and plan["strategy"]["offload_optimizer"] == "none"
+    ds = _ds_file(tmp_path, "ddp.json", {"zero_optimization": {"stage": 0}, "fp16": {"enabled": True},
+                                         "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 16})  # fmt: skip
+    same = _json_answer(capsys, [*GPT2_T4, "--ds-config", ds])
+    assert plan["estimate"] == same["estimate"] and plan["strategy"] == same["strategy"]
+    notes = " | ".join(plan["notes"])
+    assert "optim adamw_8bit (bitsandbytes' 8-bit AdamW" in notes and "an upper bound by up to 0.7 GiB per GPU" in notes
+    assert 'device_map="auto") is not data parallelism' in notes and "plain DistributedDataParallel" in notes
+    capsys.readouterr()
+    assert main([*GPT2_T4, "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")]) == 0
+    human = capsys.readouterr().out
+    assert "naive model parallelism" in " ".join(human.split()) and "headroom" in human
+
+
+def test_lora_comes_from_the_flags(tmp_path, capsys):
+    """TrainingArguments hold no adapter (the script's peft config does): --method lora and --lora-* give it, the
+    same estimate as those flags with the equivalent --ds-config; --method auto is refused."""
+    lora = ["--method", "lora", "--lora-r", "8", "--lora-dropout", "0", "--lora-targets", "c_attn"]
+    plan = _json_answer(capsys, [*GPT2_T4, *lora, "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")])
+    assert plan["training"]["method"] == "lora" and plan["training"]["lora"]["r"] == 8
+    assert any(n.startswith("--method lora: the TrainingArguments JSON holds no adapter") for n in plan["notes"])
+    ds = _ds_file(tmp_path, "ddp.json", {"zero_optimization": {"stage": 0}, "fp16": {"enabled": True},
+                                         "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 16})  # fmt: skip
+    same = _json_answer(capsys, [*GPT2_T4, *lora, "--ds-config", ds])
+    assert plan["estimate"] == same["estimate"] and plan["model"] == same["model"]
+    capsys.readouterr()
+    assert main([*GPT2_T4, "--method", "auto", "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")]) == 2
+    assert "--method auto chooses a method; with --from-hf-trainer give full, lora or qlora" in capsys.readouterr().err
+
+
+def test_to_json_string_output_and_its_run_settings(tmp_path, capsys):
+    """What TrainingArguments.to_json_string() writes (every field) is read as it stands; its length, learning
+    rate and save limit go into the plan (the command line's flags win)."""
+    transformers = pytest.importorskip("transformers")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2,
+                                          gradient_accumulation_steps=4, max_steps=7, learning_rate=1e-4,
+                                          save_total_limit=3, save_steps=5, gradient_checkpointing=True, use_cpu=True)  # fmt: skip
+    path = tmp_path / "args.json"
+    path.write_text(args.to_json_string())
+    tiny = ["--model", "benchmarks/model_configs/llama-tiny.json", "--gpus", "cpu:2", "--cpu-mem", "8GiB"]
+    plan = _json_answer(capsys, [*tiny, "--seq-len", "128", "--from-hf-trainer", str(path)])
+    t = plan["training"]
+    assert (t["micro_batch_size"], t["gradient_accumulation_steps"], t["gradient_checkpointing"]) == (2, 4, True)
+    assert (t["max_steps"], t["learning_rate"], t["save_total_limit"], t["save_every"]) == (7, 1e-4, 3, 5)
+    assert plan["deepspeed_config"]["optimizer"]["params"]["lr"] == 1e-4
+    assert not [n for n in plan["notes"] if n.startswith("optim ")]  # adamw_torch_fused: AdamW, modelled
+    flags = _json_answer(capsys, [*tiny, "--from-hf-trainer", str(path), "--max-steps", "3", "--lr", "3e-5"])
+    assert (flags["training"]["max_steps"], flags["training"]["learning_rate"]) == (3, 3e-5)
+    assert any("has no sequence length: estimated at 1024 tokens (zero-plan's default" in n for n in flags["notes"])
+
+
+def test_hf_trainer_with_a_deepspeed_json_is_that_json(tmp_path, capsys):
+    """TrainingArguments naming a ZeRO-2 JSON of HF "auto" values: the estimate of that JSON filled as HF Trainer
+    fills it, the same as the filled JSON given with --ds-config."""
+    ds = _ds_file(tmp_path, "z2.json", {"zero_optimization": {"stage": 2, "overlap_comm": True},
+                                        "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+                                        "gradient_accumulation_steps": "auto", "optimizer": {"type": "AdamW",
+                                        "params": {"lr": "auto"}}})  # fmt: skip
+    args = _ds_file(tmp_path, "args.json", {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                                            "bf16": True, "deepspeed": "z2.json", "optim": "adamw_8bit"})  # fmt: skip
+    gpus = ["--model", "Qwen/Qwen2.5-0.5B", "--gpus", "2xA100-80GB", "--seq-len", "1024"]
+    plan = _json_answer(capsys, [*gpus, "--from-hf-trainer", args])
+    filled = _ds_file(tmp_path, "filled.json", {"zero_optimization": {"stage": 2, "overlap_comm": True},
+                                                "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 4,
+                                                "gradient_accumulation_steps": 2, "optimizer": {"type": "AdamW",
+                                                "params": {"lr": 2e-5}}})  # fmt: skip
+    same = _json_answer(capsys, [*gpus, "--ds-config", filled])
+    assert plan["estimate"] == same["estimate"] and plan["strategy"]["stage"] == 2
+    notes = " | ".join(plan["notes"])
+    assert "optim adamw_8bit is not used: the DeepSpeed JSON's optimizer section (AdamW) is" in notes
+    assert "device_map" not in notes  # DeepSpeed, not DDP
+
+
+@pytest.mark.parametrize("optim", ["adamw_8bit", "ademamix"])
+def test_an_offloaded_optimizer_is_deepspeeds_cpu_adam(tmp_path, capsys, optim):
+    """With the optimizer offloaded and no optimizer section, Accelerate (under HF Trainer) swaps the trainer's
+    optimizer for DeepSpeedCPUAdam: what the estimate counts, so neither an upper-bound note nor a refusal."""
+    ds = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": "auto"}}
+    args = _ds_file(tmp_path, "args.json", {"per_device_train_batch_size": 2, "bf16": True, "optim": optim,
+                                            "deepspeed": ds})  # fmt: skip
+    gpus = ["--model", "Qwen/Qwen2.5-0.5B", "--gpus", "2xA100-80GB", "--cpu-mem", "64GiB", "--seq-len", "512"]
+    plan = _json_answer(capsys, [*gpus, "--from-hf-trainer", args])
+    notes = " | ".join(plan["notes"])
+    assert f"optim {optim} is not used: with the optimizer offloaded, Accelerate hands DeepSpeed its CPU Adam" in notes
+    assert "upper bound" not in notes and plan["strategy"]["name"] == "2-offload"
+    kept = _ds_file(tmp_path, "kept.json", {"per_device_train_batch_size": 2, "bf16": True, "optim": "adamw_8bit",
+                                            "deepspeed": {**ds, "zero_force_ds_cpu_optimizer": False}})  # fmt: skip
+    kept_notes = " | ".join(_json_answer(capsys, [*gpus, "--from-hf-trainer", kept])["notes"])
+    assert "optim adamw_8bit (bitsandbytes' 8-bit AdamW" in kept_notes and "of host memory per node" in kept_notes
+
+
+def test_accelerate_ddp_on_two_gpus(capsys, tmp_path):
+    """docs/examples/accelerate_ddp_2gpu.yaml (MULTI_GPU, fp16, two processes): ZeRO stage 0 at --micro-batch,
+    the same as that stage-0 JSON with --ds-config; without --micro-batch, the largest that fits under the margin,
+    which --micro-batch then reproduces."""
+    config = str(EXAMPLES / "accelerate_ddp_2gpu.yaml")
+    plan = _json_answer(capsys, [*GPT2_T4, "--from-accelerate", config, "--micro-batch", "4"])
+    ds = _ds_file(tmp_path, "ddp.json", {"zero_optimization": {"stage": 0}, "fp16": {"enabled": True},
+                                         "train_micro_batch_size_per_gpu": 4})  # fmt: skip
+    same = _json_answer(capsys, [*GPT2_T4, "--ds-config", ds])
+    assert plan["estimate"] == same["estimate"] and plan["strategy"] == same["strategy"]
+    assert plan["training"]["precision"] == "fp16" and plan["hardware"]["gpus_per_node"] == 2
+    assert any('device_map="auto") is not data parallelism' in n for n in plan["notes"])
+    chosen = _json_answer(capsys, [*GPT2_T4, "--from-accelerate", config])
+    micro = chosen["training"]["micro_batch_size"]
+    assert any(f"estimated at {micro}, the largest that fits under the planner's safety margin" in n
+               for n in chosen["notes"])  # fmt: skip
+    from zero_planner.plan.fit import gpu_limit_bytes
+
+    limit = gpu_limit_bytes(chosen["hardware"]["gpu_memory_bytes"])
+    assert chosen["estimate"]["per_gpu"]["total"] <= limit
+    given = _json_answer(capsys, [*GPT2_T4, "--from-accelerate", config, "--micro-batch", str(micro)])
+    assert given["estimate"] == chosen["estimate"]
+    above = _json_answer(capsys, [*GPT2_T4, "--from-accelerate", config, "--micro-batch", str(micro + 1)])
+    assert above["estimate"]["per_gpu"]["total"] > limit
+    capsys.readouterr()
+    too_big = ["--model", "meta-llama/Meta-Llama-3-8B", "--gpus", "2xT4", "--seq-len", "512"]
+    assert main([*too_big, "--from-accelerate", config, "--json"]) == 1  # nothing fits: says where to look
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["fits"] is False and answer["plan"]["training"]["micro_batch_size"] == 1
+    assert any("zero-plan without --from-accelerate weighs the ZeRO stages" in n for n in answer["plan"]["notes"])
+
+
+def test_accelerate_deepspeed_zero2_offload(capsys, tmp_path):
+    """docs/examples/accelerate_zero2_offload.yaml (DEEPSPEED, zero_stage 2, optimizer on the CPU, bf16,
+    accumulation 4, clipping 1.0): the JSON Accelerate's plugin builds, estimated as that JSON with --ds-config."""
+    gpus = ["--model", "Qwen/Qwen2.5-0.5B", "--gpus", "2xA100-80GB", "--cpu-mem", "64GiB", "--seq-len", "1024"]
+    config = str(EXAMPLES / "accelerate_zero2_offload.yaml")
+    plan = _json_answer(capsys, [*gpus, "--from-accelerate", config, "--micro-batch", "2"])
+    assert plan["strategy"]["name"] == "2-offload" and plan["training"]["gradient_accumulation_steps"] == 4
+    ds = _ds_file(tmp_path, "z2off.json", {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                           "offload_param": {"device": "none"}}, "bf16": {"enabled": True},
+                                           "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
+                                           "train_micro_batch_size_per_gpu": 2})  # fmt: skip
+    same = _json_answer(capsys, [*gpus, "--ds-config", ds])
+    assert plan["estimate"] == same["estimate"] and plan["strategy"] == same["strategy"]
+    assert not any("device_map" in n for n in plan["notes"])
+
+
+@pytest.mark.parametrize("argv", [ROUND_TRIPS[3], ROUND_TRIPS[4]])
+@pytest.mark.parametrize("kind, flag", [("hf-trainer", "--from-hf-trainer"), ("accelerate", "--from-accelerate")])
+def test_exports_read_back_to_the_same_estimate(tmp_path, capsys, argv, kind, flag):
+    """--export hf-trainer's training_args.json and --export accelerate's config, read back, give the plan's
+    estimate to the byte (the sequence length is the command line's: neither file has one)."""
+    plan_path = tmp_path / "plan.json"
+    assert main([*argv, "-o", str(plan_path), "--export", kind]) == 0
+    planned = json.loads(plan_path.read_text())
+    file = tmp_path / f"plan.{kind}" / ("training_args.json" if kind == "hf-trainer" else "accelerate_config.yaml")
+    keep = [a for i, a in enumerate(argv) if a in ("--model", "--gpus", "--cpu-mem", "--seq-len")
+            or i and argv[i - 1] in ("--model", "--gpus", "--cpu-mem", "--seq-len")]  # fmt: skip
+    back = _json_answer(capsys, [*keep, flag, str(file)])
+    assert back["estimate"] == planned["estimate"] and back["strategy"] == planned["strategy"]
+    for key in ("micro_batch_size", "gradient_accumulation_steps", "seq_len", "precision", "gradient_checkpointing"):
+        assert back["training"][key] == planned["training"][key], key
+
+
+HF_BAD = [
+    ({"per_device_train_batchsize": 8}, "unknown HF TrainingArguments key 'per_device_train_batchsize' (did you mean per_device_train_batch_size"),
+    ({"optim": "adamw_9bit"}, "optim 'adamw_9bit' is not a TrainingArguments optimizer (did you mean adamw_8bit"),
+    ({"optim": "ademamix"}, "AdEMAMix keeps three fp32 states (12 B per parameter), more than the AdamW"),
+    ({"fsdp": "full_shard"}, "fsdp 'full_shard' is set: FSDP is not planned yet"),
+    ({"fp16": True, "bf16": True}, "bf16 and fp16 are both true; set one"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be a positive integer, got 0"),
+    ({"fp16": "yes"}, "fp16 'yes' is not one of true, false"),
+    ({"bf16": True}, "args.json': bf16: T4 has no bf16; use fp16"),
+    ({"deepspeed": "missing.json"}, "deepspeed 'missing.json': no such file"),
+    ({"per_device_train_batch_size": 2, "fp16": True, "deepspeed": {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}},
+     "train_micro_batch_size_per_gpu 4 but the TrainingArguments JSON gives 2 (per_device_train_batch_size, 2 GPUs); HF Trainer refuses"),
+]  # fmt: skip
+ACCELERATE_BAD = [
+    ({"distributed_type": "FSDP", "num_processes": 2}, "distributed_type FSDP: FSDP is not planned yet"),
+    ({"distributed_type": "MULTI_GPUS", "num_processes": 2}, "distributed_type 'MULTI_GPUS' is not one of DEEPSPEED, FSDP"),
+    ({"distributed_type": "XLA", "num_processes": 2}, "distributed_type XLA is not estimated; zero-plan estimates NO, MULTI_GPU"),
+    ({"distributed_type": "MULTI_GPU", "num_processes": 4}, "num_processes 4 on num_machines 1, but --gpus gives 2 processes on 1 machine (1 x 2)"),
+    ({"distributed_type": "NO"}, "num_processes 1 on num_machines 1, but --gpus gives 2 processes"),
+    ({"distributed_type": "MULTI_GPU", "num_processes": 2, "mixed_precision": "fp8"}, "mixed_precision 'fp8' is not one of no, fp16, bf16 (fp8 is not estimated)"),
+    ({"distributed_type": "MULTI_GPU", "num_process": 2}, "unknown Accelerate key 'num_process' (did you mean num_processes"),
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": {"zero_stag": 2}}, "unknown Accelerate key 'deepspeed_config.zero_stag' (did you mean zero_stage"),
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": {"zero_stage": 5}}, "zero_stage 5 is not one of 0, 1, 2, 3"),
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": {"zero_stage": 2, "offload_param_device": "cpu"}}, "offload_param_device cpu needs zero_stage 3, got 2"),
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": {"deepspeed_config_file": "ds.json", "zero_stage": 2}},
+     "deepspeed_config_file is set with zero_stage: Accelerate refuses them beside the file"),
+    ({"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": {"deepspeed_config_file": "nope.json"}}, "deepspeed_config.deepspeed_config_file 'nope.json': no such file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tool, data, message", [*(("hf_trainer", d, m) for d, m in HF_BAD),
+                                                 *(("accelerate", d, m) for d, m in ACCELERATE_BAD)])  # fmt: skip
+def test_bad_hf_and_accelerate_configs_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch, tool, data, message):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / ("args.json" if tool == "hf_trainer" else "accelerate.yaml")
+    path.write_text(json.dumps(data) if tool == "hf_trainer" else yaml.safe_dump(data))
+    flag = importers.FLAGS[tool]
+    rc = main(["--model", "gpt2", "--gpus", "2xT4", "--seq-len", "256", flag, str(path)])
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zero-plan: error: ")
+    assert message in lines[0], lines[0]
+
+
+def test_unreadable_training_arguments_and_one_source(tmp_path, capsys):
+    path = tmp_path / "args.json"
+    path.write_text("{per_device_train_batch_size: 8}")
+    assert main(["--model", "gpt2", "--gpus", "2xT4", "--from-hf-trainer", str(path)]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
+    path.write_text("[1, 2]")
+    assert main(["--model", "gpt2", "--gpus", "2xT4", "--from-hf-trainer", str(path)]) == 2
+    assert "is not TrainingArguments as JSON" in capsys.readouterr().err
+    assert main(["--model", "gpt2", "--gpus", "2xT4", "--from-hf-trainer", str(path), "--from-accelerate",
+                 str(path)]) == 2  # fmt: skip
+    assert "give one of --ds-config, --from-axolotl, --from-llamafactory, --from-hf-trainer, --from-accelerate" in \
+        capsys.readouterr().err  # fmt: skip
+    assert main(["--gpus", "2xT4", "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")]) == 2
+    assert "the following argument is required: --model" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
     zero-plan --model meta-llama/Meta-Llama-3-8B --gpus 2xT4 [-o plan.json] [--json]
     zero-plan --model gpt2 --gpus 1xT4 --ds-config my_ds.json      # will my existing config fit?
+    zero-plan --model gpt2 --gpus 2xT4 --from-hf-trainer training_args.json --seq-len 1024
+    zero-plan --model gpt2 --gpus 2xT4 --from-accelerate accelerate_config.yaml
     zero-plan --model M --compare 1xH100,2xA100-80GB,4xRTX4090 --tokens 2B [--price H100=2.5,...]
 
 Exit status: 0 a plan fits (with --compare: on some cluster), 1 nothing fits (the output says what would), 2 bad
@@ -102,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default=None,
         help="Hugging Face hub id, local model folder, path to config.json, or a built-in catalog name "
-        "(required unless --from-axolotl/--from-llamafactory names it)",
+        "(required unless --from-axolotl/--from-llamafactory names it; always with --from-hf-trainer/--from-accelerate)",
     )
     parser.add_argument("--gpus", default=None, help=f"the GPUs: {GPU_SPEC_FORMS} (required unless --compare)")
     parser.add_argument(
@@ -195,6 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="YAML",
         help="do not choose: estimate this LLaMA-Factory train config (as --from-axolotl)",
+    )
+    parser.add_argument(
+        "--from-hf-trainer",
+        default=None,
+        metavar="JSON",
+        help="do not choose: estimate these HF TrainingArguments (args.to_json_string() or the keyword arguments as "
+        "JSON): batch, accumulation, precision, checkpointing, optim, its deepspeed JSON (none: plain DDP); "
+        "--seq-len gives the length",
+    )
+    parser.add_argument(
+        "--from-accelerate",
+        default=None,
+        metavar="YAML",
+        help="do not choose: estimate this `accelerate config` file (DDP or DeepSpeed, precision, processes); "
+        "--micro-batch is your DataLoader's batch_size (default: the largest that fits)",
     )
     parser.add_argument(
         "--loop-keeps-outputs",
@@ -322,6 +339,11 @@ def run(args: argparse.Namespace) -> int:
     if imported is not None:
         from zero_planner.plan import importers
 
+        if imported.seq_len is None:  # TrainingArguments and Accelerate name no length, nor did --seq-len
+            imported = importers.with_length(imported, seq_len)
+        if imported.tool in importers.ADAPTERS_FROM_FLAGS:  # nor adapters: the script's peft config holds them
+            lora = _lora_info(args, spec) if args.method in ("lora", "qlora") else None
+            imported = importers.with_adapter(imported, args.method, lora)
         estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
                                       pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs,
                                       data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
@@ -381,6 +403,8 @@ def run(args: argparse.Namespace) -> int:
         result_plan.notes.append(measured)
         if ds_config is None:
             result.notes.append(measured)  # what print_plan_result prints (a --ds-config estimate prints plan.notes)
+        if imported is not None:
+            _fill_training_flags(args, imported.training)
         result_plan.notes += apply_training_args(result_plan, args, planning=True)
         if args.dataset or args.eval_split:
             from zero_planner.run.data import check_local_data
@@ -434,7 +458,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
     given = [flag for flag, value in (("--gpus", args.gpus), ("--ds-config", args.ds_config),
                                       ("--from-axolotl", args.from_axolotl),
-                                      ("--from-llamafactory", args.from_llamafactory), ("-o", args.output),
+                                      ("--from-llamafactory", args.from_llamafactory),
+                                      ("--from-hf-trainer", args.from_hf_trainer),
+                                      ("--from-accelerate", args.from_accelerate), ("-o", args.output),
                                       ("--export", args.export), ("--probe", args.probe),
                                       ("--validate", args.validate or None)) if value is not None]  # fmt: skip
     if given:
@@ -510,21 +536,38 @@ def _host_calibration(args: argparse.Namespace):
     return cal.with_cpu_adam(rate.cpu_adam_params_per_s), note
 
 
+IMPORT_FLAGS = {"axolotl": "from_axolotl", "llamafactory": "from_llamafactory", "hf_trainer": "from_hf_trainer",
+                "accelerate": "from_accelerate"}  # fmt: skip
+"""importers' tool -> the argparse dest of its --from-... flag."""
+
+
 def _imported(args: argparse.Namespace):
-    """Returns the ImportedConfig of --from-axolotl/--from-llamafactory (None without either); its base model
-    fills --model when --model is not given; --seq-len, --micro-batch, --grad-checkpointing override the YAML."""
-    given = [(tool, path) for tool, path in (("axolotl", args.from_axolotl), ("llamafactory", args.from_llamafactory))
-             if path]  # fmt: skip
+    """Returns the ImportedConfig of a --from-... flag (None without one); its base model fills --model when
+    --model is not given; --seq-len, --micro-batch, --grad-checkpointing override the file."""
+    given = [(tool, getattr(args, dest)) for tool, dest in IMPORT_FLAGS.items() if getattr(args, dest)]
     if not given:
         return None
     if len(given) > 1 or args.ds_config:
-        raise InputError("give one of --ds-config, --from-axolotl, --from-llamafactory")
+        raise InputError("give one of --ds-config, --from-axolotl, --from-llamafactory, --from-hf-trainer, "
+                         "--from-accelerate")  # fmt: skip
     from zero_planner.plan import importers
 
     imported = importers.read_config(*given[0])
     args.model = args.model or imported.model
     return importers.with_overrides(imported, seq_len=args.seq_len, micro_batch=args.micro_batch,
                                     grad_ckpt=args.grad_ckpt)  # fmt: skip
+
+
+def _fill_training_flags(args: argparse.Namespace, training: dict) -> None:
+    """Sets the run settings an imported file carries (TrainingArguments' max_steps, learning_rate,
+    save_total_limit, ...) on the flags the command line left unset, so the plan trains as the file says."""
+    # The run's length and its save policy are each set by either of two flags: a file's value fills neither
+    # where the command line gave one of them (--epochs 1 over the file's max_steps, --save-steps over "no").
+    together = (("max_steps", "epochs"), ("save", "save_steps"))
+    for dest, value in training.items():
+        group = next((pair for pair in together if dest in pair), (dest,))
+        if all(getattr(args, name, None) is None for name in group):
+            setattr(args, dest, value)
 
 
 def _validate(plan: Plan, *, given: bool, quiet: bool) -> None:
