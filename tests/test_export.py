@@ -98,6 +98,33 @@ def test_trl_script_holds_out_the_eval_share_or_names_the_split(tmp_path, eval_s
         assert 'eval_dataset=held_out["test"]' in script and "eval_split" not in command
 
 
+@pytest.mark.parametrize("spec, call", [
+    ("/data/train.jsonl", "load_dataset('json', data_files='/data/train.jsonl', split=\"train\")"),
+    ("/data/part-*.parquet", "load_dataset('parquet', data_files='/data/part-*.parquet', split=\"train\")"),
+    ("org/data", "load_dataset('org/data', split=\"train\")"),
+    ("org/data:subset", "load_dataset('org/data', 'subset', split=\"train\")"),
+    ("/data/folder", "load_dataset('/data/folder', split=\"train\")"),
+])  # fmt: skip
+def test_trl_script_loads_the_dataset_as_zero_run_reads_it(spec, call):
+    """A real launch found train_sft.py's load_dataset('/path/train.jsonl'): datasets looks for a folder of that
+    name and stops (FileNotFoundError: Couldn't find any data file). Files go through their builder; name:config is
+    a name and a config."""
+    assert export.load_dataset_call(spec) == call
+
+
+@pytest.mark.parametrize("suffix, text", [(".jsonl", '{"text": "a b"}\n{"text": "c"}\n'), (".csv", "text\na b\nc\n")])
+def test_the_written_load_dataset_call_reads_local_files(tmp_path, suffix, text):
+    from datasets import load_dataset  # noqa: F401 (the call below names it)
+
+    path = tmp_path / f"train{suffix}"
+    path.write_text(text)
+    plan = make_plan("2", dataset=str(path))
+    line = next(line for line in export.trl_script(plan).splitlines() if line.startswith("dataset = "))
+    scope = {"load_dataset": load_dataset}
+    exec(line, scope)
+    assert scope["dataset"]["text"] == ["a b", "c"]
+
+
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
     export.write_trl(make_plan("2", task="seq-cls", num_labels=3), tmp_path)
     assert "not mapped: training.task seq-cls (num_labels 3): SFTTrainer trains causal LMs" in (

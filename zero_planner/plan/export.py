@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.plan.command import build_launch
-from zero_planner.planfile import Plan
+from zero_planner.planfile import FILE_BUILDERS, Plan
 
 DS_CONFIG_FILE = "ds_config.json"
 TRAINING_ARGS_FILE = "training_args.json"
@@ -443,7 +443,7 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
     lines.append("config.model_init_kwargs = {" + ", ".join(model_kwargs) + "}")
     if lora is not None:
         lines.append(f"peft_config = LoraConfig(**{pprint.pformat(lora, sort_dicts=False)})")
-    lines.append(f"dataset = load_dataset({dataset!r}, split=\"train\")")
+    lines.append(f"dataset = {load_dataset_call(dataset)}")
     datasets = "train_dataset=dataset"
     share = _eval_share(plan)
     if share is not None:  # held out of the training rows as zero-run holds them out (a share, or a row count)
@@ -455,6 +455,21 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
         "trainer.train()",
     ]
     return "\n".join(lines) + "\n"
+
+
+def load_dataset_call(spec: str) -> str:
+    """Returns the `datasets.load_dataset(...)` call (Python source) that reads the training rows of
+    `training.dataset` as zero-run reads them: a local file or glob through its builder (`load_dataset("json",
+    data_files=...)`: a file path alone is no dataset to `datasets`, which looks for a folder of that name), a
+    folder as datasets infers it from its files, a hub `name:config` as the name and the config."""
+    suffix = Path(spec).suffix
+    if suffix in FILE_BUILDERS and (spec.startswith((".", "/", "~")) or any(ch in spec for ch in "*?[")
+                                    or Path(spec).expanduser().exists()):  # fmt: skip
+        return f"load_dataset({FILE_BUILDERS[suffix]!r}, data_files={spec!r}, split=\"train\")"
+    name, _, config = spec.partition(":")
+    if config and not spec.startswith((".", "/", "~")):
+        return f"load_dataset({name!r}, {config!r}, split=\"train\")"
+    return f"load_dataset({spec!r}, split=\"train\")"
 
 
 def _eval_share(plan: Plan) -> float | int | None:
