@@ -44,8 +44,8 @@ def test_training_arguments_accept_the_written_kwargs(tmp_path, checkpointing, m
     assert names == ["ds_config.json", "launch.sh", "training_args.json"]
     kwargs = json.loads((tmp_path / "hf" / "training_args.json").read_text())
     assert json.loads((tmp_path / "hf" / "ds_config.json").read_text()) == plan.deepspeed_config
-    args = TrainingArguments(**kwargs, use_cpu=True)
-    assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 3
+    args = TrainingArguments(**kwargs)  # a cpu:N plan's file says use_cpu itself (the launch test says why)
+    assert args.use_cpu and args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 3
     assert args.gradient_checkpointing is checkpointing and args.deepspeed == str(tmp_path / "hf" / "ds_config.json")
     # The integration's own consistency check: raises ValueError listing every mismatch.
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
@@ -65,7 +65,7 @@ def test_training_arguments_carry_what_the_user_gave_zero_plan(tmp_path, save):
                      save=save, save_every=7, save_total_limit=3, eval_split="0.05", lr_scheduler="cosine",
                      warmup=0.1, report_to=["tensorboard"])  # fmt: skip
     export.write_hf_trainer(plan, tmp_path / "hf")
-    args = TrainingArguments(**json.loads((tmp_path / "hf" / "training_args.json").read_text()), use_cpu=True)
+    args = TrainingArguments(**json.loads((tmp_path / "hf" / "training_args.json").read_text()))
     assert args.max_steps == -1 and args.num_train_epochs == 1.5
     assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.1  # a ratio in both, below 1
     assert args.save_strategy == ("steps" if save == "steps" else "no")
@@ -85,7 +85,8 @@ def test_trl_script_holds_out_the_eval_share_or_names_the_split(tmp_path, eval_s
 
     plan = make_plan("2", gpus_per_node=1, precision="fp32", dataset="org/data", eval_split=eval_split, eval_every=4)
     export.write_trl(plan, tmp_path)
-    config = trl.SFTConfig(**export.trl_config(plan, str(tmp_path / "ds_config.json")), use_cpu=True)
+    config = trl.SFTConfig(**export.trl_config(plan, str(tmp_path / "ds_config.json")))
+    assert config.use_cpu
     script = (tmp_path / "train_sft.py").read_text()
     compile(script, "train_sft.py", "exec")
     command = (tmp_path / "command.sh").read_text()
@@ -125,6 +126,14 @@ def test_the_written_load_dataset_call_reads_local_files(tmp_path, suffix, text)
     assert scope["dataset"]["text"] == ["a b", "c"]
 
 
+def test_only_cpu_plans_tell_trainer_about_cpu_processes():
+    """DeepSpeed on CPU processes under HF Trainer needs use_cpu (tests/test_export_launch_cpu.py launches it); a GPU
+    plan does not carry it."""
+    cpu, gpu = make_plan("2"), make_plan("2", gpu="H100")
+    assert export.hf_trainer_args(cpu)["use_cpu"] is True and "use_cpu" not in export.hf_trainer_args(gpu)
+    assert export.trl_config(cpu)["use_cpu"] is True and "use_cpu" not in export.trl_config(gpu)
+
+
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
     export.write_trl(make_plan("2", task="seq-cls", num_labels=3), tmp_path)
     assert "not mapped: training.task seq-cls (num_labels 3): SFTTrainer trains causal LMs" in (
@@ -156,8 +165,9 @@ def test_launch_line_parses_with_hf_argument_parser(tmp_path):
     export.write_hf_trainer(plan, tmp_path)  # the JSON must exist for TrainingArguments
     argv[argv.index("--deepspeed") + 1] = str(tmp_path / "ds_config.json")
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
-        argv[argv.index("your_train.py") + 1 :] + ["--use_cpu", "True"]
+        argv[argv.index("your_train.py") + 1 :]
     )
+    assert args.use_cpu  # a cpu:N plan's line says so: DeepSpeed on CPU processes needs it (test_export_launch_cpu)
     assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
     assert args.learning_rate == plan.training.learning_rate
     assert (args.max_steps, args.num_train_epochs, args.eval_strategy, args.eval_steps) == (-1, 2.0, "steps", 3)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.plan.command import build_launch
-from zero_planner.planfile import FILE_BUILDERS, Plan
+from zero_planner.planfile import CPU_DEVICE, FILE_BUILDERS, Plan
 
 DS_CONFIG_FILE = "ds_config.json"
 TRAINING_ARGS_FILE = "training_args.json"
@@ -85,6 +85,12 @@ def hf_trainer_args(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[st
     if t.gradient_checkpointing:
         # Non-reentrant checkpointing, as zero-run measures it; also what LoRA needs with a frozen base.
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if plan.hardware.gpu == CPU_DEVICE:
+        # On a torch without an accelerator, Accelerate's PartialState finds no distributed backend unless told
+        # cpu (state.py, _prepare_backend): each rank the deepspeed launcher starts then counts a world of 1 and
+        # Trainer refuses the JSON's train_batch_size (micro x accumulation x 2 ranks). With use_cpu the ranks
+        # join one gloo group and Trainer still trains through DeepSpeed (it builds its Accelerator without cpu).
+        args["use_cpu"] = True
     return args
 
 
@@ -356,7 +362,7 @@ def _allocator_env(plan: Plan) -> list[str]:
     (memory.ALLOC_CONF), which zero-run sets and another launcher must too; nothing for CPU plans."""
     from zero_planner.plan.memory import ALLOC_CONF
 
-    return [] if plan.hardware.gpu == "cpu" else ["env", f"PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}"]
+    return [] if plan.hardware.gpu == CPU_DEVICE else ["env", f"PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}"]
 
 
 def axolotl_command(plan: Plan, config_path: str) -> list[list[str]]:
