@@ -126,12 +126,14 @@ def test_the_written_load_dataset_call_reads_local_files(tmp_path, suffix, text)
     assert scope["dataset"]["text"] == ["a b", "c"]
 
 
-def test_only_cpu_plans_tell_trainer_about_cpu_processes():
-    """DeepSpeed on CPU processes under HF Trainer needs use_cpu (tests/test_export_launch_cpu.py launches it); a GPU
-    plan does not carry it."""
+def test_only_cpu_plans_tell_trainer_and_accelerate_scripts_about_cpu_processes():
+    """DeepSpeed on CPU processes under HF Trainer needs use_cpu, and an Accelerate script PartialState(cpu=True)
+    (tests/test_export_launch_cpu.py launches both); a GPU plan carries neither."""
     cpu, gpu = make_plan("2"), make_plan("2", gpu="H100")
     assert export.hf_trainer_args(cpu)["use_cpu"] is True and "use_cpu" not in export.hf_trainer_args(gpu)
     assert export.trl_config(cpu)["use_cpu"] is True and "use_cpu" not in export.trl_config(gpu)
+    assert any("PartialState(cpu=True)" in note for note in export.accelerate_notes(cpu))
+    assert not any("PartialState" in note for note in export.accelerate_notes(gpu))
 
 
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
@@ -210,6 +212,9 @@ def test_accelerate_command_says_what_the_script_must_do(tmp_path):
     text = (tmp_path / "command.sh").read_text()
     assert "batch_size=3 per process" in text and "accumulates 5 micro-batches" in text
     assert "DummyOptim(model.parameters())" in text and "DummyScheduler" not in text
+    assert "inside `with accelerator.accumulate(model):`" in text  # else DeepSpeed steps at every micro-batch
+    export.write_accelerate(make_plan("2", gradient_accumulation_steps=1), tmp_path / "one")
+    assert "accelerator.accumulate" not in (tmp_path / "one" / "command.sh").read_text()
     assert text.splitlines()[-1].split()[-5:] == ["accelerate", "launch", "--config_file",
                                                   str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
 

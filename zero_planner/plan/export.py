@@ -194,13 +194,32 @@ def accelerate_launch(plan: Plan, config_path: str) -> list[str]:
 def accelerate_notes(plan: Plan) -> list[str]:
     """Returns what the user's script must do for the JSON to hold (command.sh's comments): Accelerate refuses an
     optimizer built in code beside the JSON's optimizer section (accelerator.py, _prepare_deepspeed: "You cannot
-    specify an optimizer in the config file and in the code at the same time"), and the JSON fixes the batch."""
+    specify an optimizer in the config file and in the code at the same time"), and the JSON fixes the batch. With
+    accumulation, Accelerate (1.16) marks DeepSpeed's accumulation boundary from its own sync_gradients
+    (utils/deepspeed.py, DeepSpeedEngineWrapper.backward), which only `accelerator.accumulate(model)` advances: a
+    loop without it steps the optimizer at every micro-batch.
+
+    The section stays: it carries the plan's AdamW settings (the JSON is the one source of lr, betas, eps and
+    weight decay) and ZeRO-Offload trains only with DeepSpeed's own CPU Adam (engine.py refuses a torch optimizer
+    under offload_optimizer unless zero_force_ds_cpu_optimizer is false). Checked by a real launch on CPU
+    (tests/test_export_launch_cpu.py), where a cpu:N plan needs one more line: Accelerate finds no distributed
+    backend on a torch without an accelerator unless told cpu (state.py, _prepare_backend), so each rank would
+    count num_processes 1 and read the whole DataLoader; `use_cpu: true` in the YAML is no way out, since
+    `accelerate launch` then skips DeepSpeed (launch.py: `use_deepspeed and not args.cpu`)."""
     ds = plan.deepspeed_config
+    accumulation = ds.get("gradient_accumulation_steps", 1)
     notes = [f"your_train.py: a DataLoader of batch_size={ds['train_micro_batch_size_per_gpu']} per process; "
-             f"DeepSpeed accumulates {ds.get('gradient_accumulation_steps', 1)} micro-batches per step"]  # fmt: skip
+             f"DeepSpeed accumulates {accumulation} micro-batches per step"]  # fmt: skip
+    if accumulation > 1:
+        notes.append("your_train.py: each micro-batch's forward, backward and step inside `with "
+                     "accelerator.accumulate(model):` (Accelerate takes the JSON's accumulation; without the context "
+                     "DeepSpeed's optimizer steps at every micro-batch)")  # fmt: skip
     if "optimizer" in ds:
-        notes.append("your_train.py: the JSON has an optimizer section, so build none in code: pass "
-                     "accelerate.utils.DummyOptim(model.parameters()) to accelerator.prepare")  # fmt: skip
+        notes.append("your_train.py: the JSON has an optimizer section (the plan's AdamW), so build none in code: "
+                     "pass accelerate.utils.DummyOptim(model.parameters()) to accelerator.prepare")  # fmt: skip
+    if plan.hardware.gpu == CPU_DEVICE:
+        notes.append("your_train.py: CPU processes: call accelerate.PartialState(cpu=True) before Accelerator(), or "
+                     "each rank counts num_processes 1 and reads every batch (DeepSpeed still trains)")  # fmt: skip
     if "scheduler" in ds:
         notes.append("your_train.py: the JSON has a scheduler section: pass accelerate.utils.DummyScheduler(optimizer)")
     return notes
