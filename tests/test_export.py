@@ -136,6 +136,22 @@ def test_only_cpu_plans_tell_trainer_and_accelerate_scripts_about_cpu_processes(
     assert not any("PartialState" in note for note in export.accelerate_notes(gpu))
 
 
+@pytest.mark.parametrize("strategy, gpu, says", [("3", "cpu", True), ("2", "cpu", False), ("3", "H100", False)])
+def test_cpu_plans_at_zero3_set_up_deepspeeds_comm_before_the_model(tmp_path, strategy, gpu, says):
+    """On CPU processes the ranks share torch's gloo group, not DeepSpeed's comm: zero.Init read a world of 1 and
+    stopped at train_batch_size 4 != 2 * 1 * 1 (tests/test_export_launch_cpu.py). launch.sh and command.sh say to
+    call deepspeed.init_distributed() before the model; train_sft.py calls it before SFTTrainer builds one."""
+    plan = make_plan(strategy, gpu=gpu)
+    for kind in ("hf-trainer", "accelerate", "trl"):
+        export.WRITERS[kind](plan, tmp_path / kind)
+    note = "deepspeed.init_distributed() before building the model"
+    assert (note in (tmp_path / "hf-trainer" / "launch.sh").read_text()) is says
+    assert (note in (tmp_path / "accelerate" / "command.sh").read_text()) is says
+    script = (tmp_path / "trl" / "train_sft.py").read_text()
+    assert ("deepspeed.init_distributed()\ntrainer = SFTTrainer(" in script) is says
+    compile(script, "train_sft.py", "exec")
+
+
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
     export.write_trl(make_plan("2", task="seq-cls", num_labels=3), tmp_path)
     assert "not mapped: training.task seq-cls (num_labels 3): SFTTrainer trains causal LMs" in (
@@ -215,8 +231,8 @@ def test_accelerate_command_says_what_the_script_must_do(tmp_path):
     assert "inside `with accelerator.accumulate(model):`" in text  # else DeepSpeed steps at every micro-batch
     export.write_accelerate(make_plan("2", gradient_accumulation_steps=1), tmp_path / "one")
     assert "accelerator.accumulate" not in (tmp_path / "one" / "command.sh").read_text()
-    assert text.splitlines()[-1].split()[-5:] == ["accelerate", "launch", "--config_file",
-                                                  str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
+    assert text.splitlines()[-1].split() == ["env", "DS_ACCELERATOR=cpu", "accelerate", "launch", "--config_file",
+                                             str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])

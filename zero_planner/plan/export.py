@@ -106,6 +106,19 @@ def lora_config(plan: Plan) -> dict[str, Any] | None:
             "task_type": PEFT_TASK_TYPES[t.task]}  # fmt: skip
 
 
+CPU_ZERO3_NOTE = ("CPU processes at ZeRO-3: call deepspeed.init_distributed() before building the model (zero.Init "
+                  "counts the ranks through DeepSpeed's own comm, which the ranks' torch gloo group leaves unset)")
+"""What a script must add for a cpu:N plan at stage 3 (launch.sh, command.sh; train_sft.py does it itself)."""
+
+
+def _cpu_zero3(plan: Plan) -> bool:
+    """Returns True for a cpu:N plan at stage 3. Under HF Trainer (use_cpu) or Accelerate (PartialState(cpu=True))
+    the ranks join torch's gloo group, not DeepSpeed's comm; a model built under zero.Init before DeepSpeed's comm
+    is set up reads a world of 1 (runtime/config.py: dist.get_world_size() fails, world_size = 1) and DeepSpeed
+    stops at its train_batch_size assertion (4 != 2 * 1 * 1). deepspeed.init_distributed() adopts the gloo group."""
+    return plan.hardware.gpu == CPU_DEVICE and plan.deepspeed_config.get("zero_optimization", {}).get("stage") == 3
+
+
 def hf_trainer_launch(plan: Plan, ds_config_path: str = DS_CONFIG_FILE, script: str = USER_SCRIPT) -> list[str]:
     """Returns the launch line as an argument list: the `deepspeed` launcher (as zero-run builds it), the
     user's script, `--deepspeed JSON` and every TrainingArguments value as an HfArgumentParser flag."""
@@ -146,6 +159,8 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
     if len(plan.training.report_to) > 1:
         header += (f"# --report_to takes one name on a command line: training_args.json has them all "
                    f"({', '.join(plan.training.report_to)}).\n")  # fmt: skip
+    if _cpu_zero3(plan):
+        header += f"# {script}: {CPU_ZERO3_NOTE}.\n"
     launch = _write(out / LAUNCH_FILE, header + line + "\n")
     launch.chmod(0o755)
     written.append(launch)
@@ -187,8 +202,11 @@ def accelerate_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[
 
 
 def accelerate_launch(plan: Plan, config_path: str) -> list[str]:
-    """Returns `accelerate launch --config_file CONFIG your_train.py`, under the allocator setting the plan assumes."""
-    return [*_allocator_env(plan), "accelerate", "launch", "--config_file", config_path, "your_train.py"]
+    """Returns `accelerate launch --config_file CONFIG your_train.py`, under the allocator setting the plan assumes;
+    for a cpu:N plan under DS_ACCELERATOR=cpu, as zero-run and the other hand-offs launch it (DeepSpeed otherwise
+    takes a GPU where the machine has one)."""
+    env = ["env", "DS_ACCELERATOR=cpu"] if plan.hardware.gpu == CPU_DEVICE else _allocator_env(plan)
+    return [*env, "accelerate", "launch", "--config_file", config_path, "your_train.py"]
 
 
 def accelerate_notes(plan: Plan) -> list[str]:
@@ -220,6 +238,8 @@ def accelerate_notes(plan: Plan) -> list[str]:
     if plan.hardware.gpu == CPU_DEVICE:
         notes.append("your_train.py: CPU processes: call accelerate.PartialState(cpu=True) before Accelerator(), or "
                      "each rank counts num_processes 1 and reads every batch (DeepSpeed still trains)")  # fmt: skip
+    if _cpu_zero3(plan):
+        notes.append(f"your_train.py: {CPU_ZERO3_NOTE}")
     if "scheduler" in ds:
         notes.append("your_train.py: the JSON has a scheduler section: pass accelerate.utils.DummyScheduler(optimizer)")
     return notes
@@ -469,6 +489,9 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
     if lora is not None:
         lines.append(f"peft_config = LoraConfig(**{pprint.pformat(lora, sort_dicts=False)})")
     lines.append(f"dataset = {load_dataset_call(dataset)}")
+    if _cpu_zero3(plan):  # before SFTTrainer builds the model under zero.Init (_cpu_zero3 says why)
+        lines.insert(1, "import deepspeed")
+        lines.append("deepspeed.init_distributed()")
     datasets = "train_dataset=dataset"
     share = _eval_share(plan)
     if share is not None:  # held out of the training rows as zero-run holds them out (a share, or a row count)
