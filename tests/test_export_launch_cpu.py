@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -261,6 +262,13 @@ class TestTrainer:
                          "--eval-steps", "2", export="hf-trainer")  # fmt: skip
         export = tmp_path / "plan.hf-trainer"
         assert "deepspeed.init_distributed() before building the model" in (export / "launch.sh").read_text()
+        # launch.sh's flags are training_args.json's values: what trains here trains from the JSON too
+        from transformers import HfArgumentParser, TrainingArguments
+
+        argv = shlex.split((export / "launch.sh").read_text().splitlines()[-1])
+        script_flags = argv[argv.index("your_train.py") + 1 :]
+        (flags,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(script_flags)
+        assert flags.to_dict() == TrainingArguments(**json.loads((export / "training_args.json").read_text())).to_dict()
         work = user_folder(tmp_path, HF_TRAINER_SCRIPT)
         result = tmp_path / "result.json"
         done = run_line(command_line(export / "launch.sh"), work, {**launch_env(tmp_path), "ZP_RESULT": str(result)})
