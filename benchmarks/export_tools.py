@@ -202,7 +202,7 @@ def validate_trl(case):
     tree = ast.parse(source)
     compile(source, "train_sft.py", "exec")
     kwargs = _call_kwargs(tree, "SFTConfig")
-    config = trl.SFTConfig(**kwargs, use_cpu=cpu_only())
+    config = trl.SFTConfig(**{**kwargs, "use_cpu": kwargs.get("use_cpu", False) or cpu_only()})
     ds = json.loads(Path(kwargs["deepspeed"]).read_text())
     hf_mismatches(config, ds)
     batch_note(case, config.per_device_train_batch_size, config.gradient_accumulation_steps, ds)
@@ -217,7 +217,7 @@ def validate_hf_trainer(case):
     from transformers import TrainingArguments
 
     kwargs = json.loads(Path(case["files"]["hf-trainer"]).read_text())
-    args = TrainingArguments(**kwargs, use_cpu=cpu_only())
+    args = TrainingArguments(**{**kwargs, "use_cpu": kwargs.get("use_cpu", False) or cpu_only()})
     ds = json.loads(Path(kwargs["deepspeed"]).read_text())
     hf_mismatches(args, ds)
     batch_note(case, args.per_device_train_batch_size, args.gradient_accumulation_steps, ds)

@@ -44,8 +44,8 @@ def test_training_arguments_accept_the_written_kwargs(tmp_path, checkpointing, m
     assert names == ["ds_config.json", "launch.sh", "training_args.json"]
     kwargs = json.loads((tmp_path / "hf" / "training_args.json").read_text())
     assert json.loads((tmp_path / "hf" / "ds_config.json").read_text()) == plan.deepspeed_config
-    args = TrainingArguments(**kwargs, use_cpu=True)
-    assert args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 3
+    args = TrainingArguments(**kwargs)  # a cpu:N plan's file says use_cpu itself (the launch test says why)
+    assert args.use_cpu and args.per_device_train_batch_size == 2 and args.gradient_accumulation_steps == 3
     assert args.gradient_checkpointing is checkpointing and args.deepspeed == str(tmp_path / "hf" / "ds_config.json")
     # The integration's own consistency check: raises ValueError listing every mismatch.
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
@@ -65,7 +65,7 @@ def test_training_arguments_carry_what_the_user_gave_zero_plan(tmp_path, save):
                      save=save, save_every=7, save_total_limit=3, eval_split="0.05", lr_scheduler="cosine",
                      warmup=0.1, report_to=["tensorboard"])  # fmt: skip
     export.write_hf_trainer(plan, tmp_path / "hf")
-    args = TrainingArguments(**json.loads((tmp_path / "hf" / "training_args.json").read_text()), use_cpu=True)
+    args = TrainingArguments(**json.loads((tmp_path / "hf" / "training_args.json").read_text()))
     assert args.max_steps == -1 and args.num_train_epochs == 1.5
     assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.1  # a ratio in both, below 1
     assert args.save_strategy == ("steps" if save == "steps" else "no")
@@ -85,7 +85,8 @@ def test_trl_script_holds_out_the_eval_share_or_names_the_split(tmp_path, eval_s
 
     plan = make_plan("2", gpus_per_node=1, precision="fp32", dataset="org/data", eval_split=eval_split, eval_every=4)
     export.write_trl(plan, tmp_path)
-    config = trl.SFTConfig(**export.trl_config(plan, str(tmp_path / "ds_config.json")), use_cpu=True)
+    config = trl.SFTConfig(**export.trl_config(plan, str(tmp_path / "ds_config.json")))
+    assert config.use_cpu
     script = (tmp_path / "train_sft.py").read_text()
     compile(script, "train_sft.py", "exec")
     command = (tmp_path / "command.sh").read_text()
@@ -96,6 +97,59 @@ def test_trl_script_holds_out_the_eval_share_or_names_the_split(tmp_path, eval_s
         assert config.eval_strategy == "steps" and config.eval_steps == 4
         assert f"train_test_split(test_size={share!r}, seed={plan.training.seed})" in script
         assert 'eval_dataset=held_out["test"]' in script and "eval_split" not in command
+
+
+@pytest.mark.parametrize("spec, call", [
+    ("/data/train.jsonl", "load_dataset('json', data_files='/data/train.jsonl', split=\"train\")"),
+    ("/data/part-*.parquet", "load_dataset('parquet', data_files='/data/part-*.parquet', split=\"train\")"),
+    ("org/data", "load_dataset('org/data', split=\"train\")"),
+    ("org/data:subset", "load_dataset('org/data', 'subset', split=\"train\")"),
+    ("/data/folder", "load_dataset('/data/folder', split=\"train\")"),
+])  # fmt: skip
+def test_trl_script_loads_the_dataset_as_zero_run_reads_it(spec, call):
+    """A real launch found train_sft.py's load_dataset('/path/train.jsonl'): datasets looks for a folder of that
+    name and stops (FileNotFoundError: Couldn't find any data file). Files go through their builder; name:config is
+    a name and a config."""
+    assert export.load_dataset_call(spec) == call
+
+
+@pytest.mark.parametrize("suffix, text", [(".jsonl", '{"text": "a b"}\n{"text": "c"}\n'), (".csv", "text\na b\nc\n")])
+def test_the_written_load_dataset_call_reads_local_files(tmp_path, suffix, text):
+    from datasets import load_dataset  # noqa: F401 (the call below names it)
+
+    path = tmp_path / f"train{suffix}"
+    path.write_text(text)
+    plan = make_plan("2", dataset=str(path))
+    line = next(line for line in export.trl_script(plan).splitlines() if line.startswith("dataset = "))
+    scope = {"load_dataset": load_dataset}
+    exec(line, scope)
+    assert scope["dataset"]["text"] == ["a b", "c"]
+
+
+def test_only_cpu_plans_tell_trainer_and_accelerate_scripts_about_cpu_processes():
+    """DeepSpeed on CPU processes under HF Trainer needs use_cpu, and an Accelerate script PartialState(cpu=True)
+    (tests/test_export_launch_cpu.py launches both); a GPU plan carries neither."""
+    cpu, gpu = make_plan("2"), make_plan("2", gpu="H100")
+    assert export.hf_trainer_args(cpu)["use_cpu"] is True and "use_cpu" not in export.hf_trainer_args(gpu)
+    assert export.trl_config(cpu)["use_cpu"] is True and "use_cpu" not in export.trl_config(gpu)
+    assert any("PartialState(cpu=True)" in note for note in export.accelerate_notes(cpu))
+    assert not any("PartialState" in note for note in export.accelerate_notes(gpu))
+
+
+@pytest.mark.parametrize("strategy, gpu, says", [("3", "cpu", True), ("2", "cpu", False), ("3", "H100", False)])
+def test_cpu_plans_at_zero3_set_up_deepspeeds_comm_before_the_model(tmp_path, strategy, gpu, says):
+    """On CPU processes the ranks share torch's gloo group, not DeepSpeed's comm: zero.Init read a world of 1 and
+    stopped at train_batch_size 4 != 2 * 1 * 1 (tests/test_export_launch_cpu.py). launch.sh and command.sh say to
+    call deepspeed.init_distributed() before the model; train_sft.py calls it before SFTTrainer builds one."""
+    plan = make_plan(strategy, gpu=gpu)
+    for kind in ("hf-trainer", "accelerate", "trl"):
+        export.WRITERS[kind](plan, tmp_path / kind)
+    note = "deepspeed.init_distributed() before building the model"
+    assert (note in (tmp_path / "hf-trainer" / "launch.sh").read_text()) is says
+    assert (note in (tmp_path / "accelerate" / "command.sh").read_text()) is says
+    script = (tmp_path / "trl" / "train_sft.py").read_text()
+    assert ("deepspeed.init_distributed()\ntrainer = SFTTrainer(" in script) is says
+    compile(script, "train_sft.py", "exec")
 
 
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
@@ -129,8 +183,9 @@ def test_launch_line_parses_with_hf_argument_parser(tmp_path):
     export.write_hf_trainer(plan, tmp_path)  # the JSON must exist for TrainingArguments
     argv[argv.index("--deepspeed") + 1] = str(tmp_path / "ds_config.json")
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
-        argv[argv.index("your_train.py") + 1 :] + ["--use_cpu", "True"]
+        argv[argv.index("your_train.py") + 1 :]
     )
+    assert args.use_cpu  # a cpu:N plan's line says so: DeepSpeed on CPU processes needs it (test_export_launch_cpu)
     assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
     assert args.learning_rate == plan.training.learning_rate
     assert (args.max_steps, args.num_train_epochs, args.eval_strategy, args.eval_steps) == (-1, 2.0, "steps", 3)
@@ -173,8 +228,11 @@ def test_accelerate_command_says_what_the_script_must_do(tmp_path):
     text = (tmp_path / "command.sh").read_text()
     assert "batch_size=3 per process" in text and "accumulates 5 micro-batches" in text
     assert "DummyOptim(model.parameters())" in text and "DummyScheduler" not in text
-    assert text.splitlines()[-1].split()[-5:] == ["accelerate", "launch", "--config_file",
-                                                  str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
+    assert "inside `with accelerator.accumulate(model):`" in text  # else DeepSpeed steps at every micro-batch
+    export.write_accelerate(make_plan("2", gradient_accumulation_steps=1), tmp_path / "one")
+    assert "accelerator.accumulate" not in (tmp_path / "one" / "command.sh").read_text()
+    assert text.splitlines()[-1].split() == ["env", "DS_ACCELERATOR=cpu", "accelerate", "launch", "--config_file",
+                                             str(tmp_path / "accelerate_config.yaml"), "your_train.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])

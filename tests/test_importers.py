@@ -142,7 +142,7 @@ def test_trl_config_is_accepted_by_sftconfig_and_agrees_with_the_json(tmp_path, 
     plan = _plan(case)
     export.write_trl(plan, tmp_path)
     kwargs = export.trl_config(plan, str(tmp_path / "ds_config.json"))
-    config = trl.SFTConfig(**kwargs, use_cpu=True)
+    config = trl.SFTConfig(**kwargs)  # make_plan's cpu:N plan: the export says use_cpu
     assert config.max_length == 256 and config.per_device_train_batch_size == 2
     hf_ds = HfTrainerDeepSpeedConfig(plan.deepspeed_config)
     hf_ds.trainer_config_process(config)

@@ -17,6 +17,9 @@ from zero_planner.errors import InputError, closest
 SCHEMA_VERSION = 1
 CPU_DEVICE = "cpu"
 """hardware.gpu of a `--gpus cpu:N` plan: the GPU catalog's placeholder entry for CPU processes."""
+FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+"""The local data files `training.dataset` may name, by suffix, and the `datasets` builder that reads each (zero-run
+loads them so, and the TRL hand-off writes the same `load_dataset` call)."""
 
 Precision = Literal["bf16", "fp16", "fp32"]
 Method = Literal["full", "lora", "qlora"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.plan.command import build_launch
-from zero_planner.planfile import Plan
+from zero_planner.planfile import CPU_DEVICE, FILE_BUILDERS, Plan
 
 DS_CONFIG_FILE = "ds_config.json"
 TRAINING_ARGS_FILE = "training_args.json"
@@ -85,6 +85,12 @@ def hf_trainer_args(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[st
     if t.gradient_checkpointing:
         # Non-reentrant checkpointing, as zero-run measures it; also what LoRA needs with a frozen base.
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if plan.hardware.gpu == CPU_DEVICE:
+        # On a torch without an accelerator, Accelerate's PartialState finds no distributed backend unless told
+        # cpu (state.py, _prepare_backend): each rank the deepspeed launcher starts then counts a world of 1 and
+        # Trainer refuses the JSON's train_batch_size (micro x accumulation x 2 ranks). With use_cpu the ranks
+        # join one gloo group and Trainer still trains through DeepSpeed (it builds its Accelerator without cpu).
+        args["use_cpu"] = True
     return args
 
 
@@ -98,6 +104,19 @@ def lora_config(plan: Plan) -> dict[str, Any] | None:
         lora.r, lora.alpha, lora.dropout, lora.target_modules)  # fmt: skip
     return {"r": r, "lora_alpha": alpha, "lora_dropout": dropout, "target_modules": targets,
             "task_type": PEFT_TASK_TYPES[t.task]}  # fmt: skip
+
+
+CPU_ZERO3_NOTE = ("CPU processes at ZeRO-3: call deepspeed.init_distributed() before building the model (zero.Init "
+                  "counts the ranks through DeepSpeed's own comm, which the ranks' torch gloo group leaves unset)")
+"""What a script must add for a cpu:N plan at stage 3 (launch.sh, command.sh; train_sft.py does it itself)."""
+
+
+def _cpu_zero3(plan: Plan) -> bool:
+    """Returns True for a cpu:N plan at stage 3. Under HF Trainer (use_cpu) or Accelerate (PartialState(cpu=True))
+    the ranks join torch's gloo group, not DeepSpeed's comm; a model built under zero.Init before DeepSpeed's comm
+    is set up reads a world of 1 (runtime/config.py: dist.get_world_size() fails, world_size = 1) and DeepSpeed
+    stops at its train_batch_size assertion (4 != 2 * 1 * 1). deepspeed.init_distributed() adopts the gloo group."""
+    return plan.hardware.gpu == CPU_DEVICE and plan.deepspeed_config.get("zero_optimization", {}).get("stage") == 3
 
 
 def hf_trainer_launch(plan: Plan, ds_config_path: str = DS_CONFIG_FILE, script: str = USER_SCRIPT) -> list[str]:
@@ -140,6 +159,8 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
     if len(plan.training.report_to) > 1:
         header += (f"# --report_to takes one name on a command line: training_args.json has them all "
                    f"({', '.join(plan.training.report_to)}).\n")  # fmt: skip
+    if _cpu_zero3(plan):
+        header += f"# {script}: {CPU_ZERO3_NOTE}.\n"
     launch = _write(out / LAUNCH_FILE, header + line + "\n")
     launch.chmod(0o755)
     written.append(launch)
@@ -181,20 +202,44 @@ def accelerate_config(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> dict[
 
 
 def accelerate_launch(plan: Plan, config_path: str) -> list[str]:
-    """Returns `accelerate launch --config_file CONFIG your_train.py`, under the allocator setting the plan assumes."""
-    return [*_allocator_env(plan), "accelerate", "launch", "--config_file", config_path, "your_train.py"]
+    """Returns `accelerate launch --config_file CONFIG your_train.py`, under the allocator setting the plan assumes;
+    for a cpu:N plan under DS_ACCELERATOR=cpu, as zero-run and the other hand-offs launch it (DeepSpeed otherwise
+    takes a GPU where the machine has one)."""
+    env = ["env", "DS_ACCELERATOR=cpu"] if plan.hardware.gpu == CPU_DEVICE else _allocator_env(plan)
+    return [*env, "accelerate", "launch", "--config_file", config_path, "your_train.py"]
 
 
 def accelerate_notes(plan: Plan) -> list[str]:
     """Returns what the user's script must do for the JSON to hold (command.sh's comments): Accelerate refuses an
     optimizer built in code beside the JSON's optimizer section (accelerator.py, _prepare_deepspeed: "You cannot
-    specify an optimizer in the config file and in the code at the same time"), and the JSON fixes the batch."""
+    specify an optimizer in the config file and in the code at the same time"), and the JSON fixes the batch. With
+    accumulation, Accelerate (1.16) marks DeepSpeed's accumulation boundary from its own sync_gradients
+    (utils/deepspeed.py, DeepSpeedEngineWrapper.backward), which only `accelerator.accumulate(model)` advances: a
+    loop without it steps the optimizer at every micro-batch.
+
+    The section stays: it carries the plan's AdamW settings (the JSON is the one source of lr, betas, eps and
+    weight decay) and ZeRO-Offload trains only with DeepSpeed's own CPU Adam (engine.py refuses a torch optimizer
+    under offload_optimizer unless zero_force_ds_cpu_optimizer is false). Checked by a real launch on CPU
+    (tests/test_export_launch_cpu.py), where a cpu:N plan needs one more line: Accelerate finds no distributed
+    backend on a torch without an accelerator unless told cpu (state.py, _prepare_backend), so each rank would
+    count num_processes 1 and read the whole DataLoader; `use_cpu: true` in the YAML is no way out, since
+    `accelerate launch` then skips DeepSpeed (launch.py: `use_deepspeed and not args.cpu`)."""
     ds = plan.deepspeed_config
+    accumulation = ds.get("gradient_accumulation_steps", 1)
     notes = [f"your_train.py: a DataLoader of batch_size={ds['train_micro_batch_size_per_gpu']} per process; "
-             f"DeepSpeed accumulates {ds.get('gradient_accumulation_steps', 1)} micro-batches per step"]  # fmt: skip
+             f"DeepSpeed accumulates {accumulation} micro-batches per step"]  # fmt: skip
+    if accumulation > 1:
+        notes.append("your_train.py: each micro-batch's forward, backward and step inside `with "
+                     "accelerator.accumulate(model):` (Accelerate takes the JSON's accumulation; without the context "
+                     "DeepSpeed's optimizer steps at every micro-batch)")  # fmt: skip
     if "optimizer" in ds:
-        notes.append("your_train.py: the JSON has an optimizer section, so build none in code: pass "
-                     "accelerate.utils.DummyOptim(model.parameters()) to accelerator.prepare")  # fmt: skip
+        notes.append("your_train.py: the JSON has an optimizer section (the plan's AdamW), so build none in code: "
+                     "pass accelerate.utils.DummyOptim(model.parameters()) to accelerator.prepare")  # fmt: skip
+    if plan.hardware.gpu == CPU_DEVICE:
+        notes.append("your_train.py: CPU processes: call accelerate.PartialState(cpu=True) before Accelerator(), or "
+                     "each rank counts num_processes 1 and reads every batch (DeepSpeed still trains)")  # fmt: skip
+    if _cpu_zero3(plan):
+        notes.append(f"your_train.py: {CPU_ZERO3_NOTE}")
     if "scheduler" in ds:
         notes.append("your_train.py: the JSON has a scheduler section: pass accelerate.utils.DummyScheduler(optimizer)")
     return notes
@@ -356,7 +401,7 @@ def _allocator_env(plan: Plan) -> list[str]:
     (memory.ALLOC_CONF), which zero-run sets and another launcher must too; nothing for CPU plans."""
     from zero_planner.plan.memory import ALLOC_CONF
 
-    return [] if plan.hardware.gpu == "cpu" else ["env", f"PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}"]
+    return [] if plan.hardware.gpu == CPU_DEVICE else ["env", f"PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}"]
 
 
 def axolotl_command(plan: Plan, config_path: str) -> list[list[str]]:
@@ -443,7 +488,10 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
     lines.append("config.model_init_kwargs = {" + ", ".join(model_kwargs) + "}")
     if lora is not None:
         lines.append(f"peft_config = LoraConfig(**{pprint.pformat(lora, sort_dicts=False)})")
-    lines.append(f"dataset = load_dataset({dataset!r}, split=\"train\")")
+    lines.append(f"dataset = {load_dataset_call(dataset)}")
+    if _cpu_zero3(plan):  # before SFTTrainer builds the model under zero.Init (_cpu_zero3 says why)
+        lines.insert(1, "import deepspeed")
+        lines.append("deepspeed.init_distributed()")
     datasets = "train_dataset=dataset"
     share = _eval_share(plan)
     if share is not None:  # held out of the training rows as zero-run holds them out (a share, or a row count)
@@ -455,6 +503,21 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
         "trainer.train()",
     ]
     return "\n".join(lines) + "\n"
+
+
+def load_dataset_call(spec: str) -> str:
+    """Returns the `datasets.load_dataset(...)` call (Python source) that reads the training rows of
+    `training.dataset` as zero-run reads them: a local file or glob through its builder (`load_dataset("json",
+    data_files=...)`: a file path alone is no dataset to `datasets`, which looks for a folder of that name), a
+    folder as datasets infers it from its files, a hub `name:config` as the name and the config."""
+    suffix = Path(spec).suffix
+    if suffix in FILE_BUILDERS and (spec.startswith((".", "/", "~")) or any(ch in spec for ch in "*?[")
+                                    or Path(spec).expanduser().exists()):  # fmt: skip
+        return f"load_dataset({FILE_BUILDERS[suffix]!r}, data_files={spec!r}, split=\"train\")"
+    name, _, config = spec.partition(":")
+    if config and not spec.startswith((".", "/", "~")):
+        return f"load_dataset({name!r}, {config!r}, split=\"train\")"
+    return f"load_dataset({spec!r}, split=\"train\")"
 
 
 def _eval_share(plan: Plan) -> float | int | None:

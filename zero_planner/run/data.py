@@ -24,12 +24,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from zero_planner.errors import InputError
+from zero_planner.planfile import FILE_BUILDERS
 
 # The synthetic corpus has a fixed size so that the data order never depends on max_steps (a run cut at N/2
 # and resumed to N reads what a straight run to N reads). ~4096 docs * ~250 bytes ≈ 1 MB of text.
 SYNTHETIC_NUM_DOCS = 4096
-
-FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 
 HELD_BYTES_PER_TOKEN = {"text": 1.3, "labeled": 17.0}
 """Host bytes (anonymous resident memory) each rank holds per token of its packed data for the rest of the run
