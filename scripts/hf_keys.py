@@ -21,6 +21,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tool_keys import init_fields  # noqa: E402  (the same reading of TrainingArguments' fields)
+
 OUT = Path(__file__).resolve().parents[1] / "zero_planner" / "catalog" / "hf_keys.json"
 
 
@@ -44,14 +47,7 @@ def wheel_hf_trainer(wheel: str) -> dict:
     keys, optimizers = set(), set()
     for node in [*tree.body, *utils.body]:
         if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments":
-            for s in node.body:
-                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_"):
-                    init_false = isinstance(s.value, ast.Call) and any(
-                        kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False
-                        for kw in s.value.keywords
-                    )
-                    if not init_false and s.target.id != "framework":
-                        keys.add(s.target.id)
+            keys.update(init_fields(node))
         if isinstance(node, ast.ClassDef) and node.name == "OptimizerNames":
             for s in node.body:
                 if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant):

@@ -94,6 +94,21 @@ def axolotl(repo: str) -> dict:
     }
 
 
+def init_fields(node: ast.ClassDef) -> list[str]:
+    """Returns the fields of a TrainingArguments-like dataclass body that its __init__ takes: annotated public
+    names, less those declared field(init=False) and `framework` (a class constant in transformers' source)."""
+    names = []
+    for s in node.body:
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_"):
+            init_false = isinstance(s.value, ast.Call) and any(
+                kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False
+                for kw in s.value.keywords
+            )
+            if not init_false and s.target.id != "framework":
+                names.append(s.target.id)
+    return names
+
+
 def _hf_training_fields(wheel: str) -> tuple[str, set[str]]:
     """Returns (version, init fields of Seq2SeqTrainingArguments) read from a transformers wheel's source."""
     import zipfile
@@ -105,16 +120,7 @@ def _hf_training_fields(wheel: str) -> tuple[str, set[str]]:
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef):
                 bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
-                names = []
-                for s in node.body:
-                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_"):
-                        init_false = isinstance(s.value, ast.Call) and any(
-                            kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False
-                            for kw in s.value.keywords
-                        )
-                        if not init_false and s.target.id != "framework":
-                            names.append(s.target.id)
-                classes[node.name] = (bases, names)
+                classes[node.name] = (bases, init_fields(node))
     version = Path(wheel).name.split("-")[1]
     return version, _fields(classes, "Seq2SeqTrainingArguments")
 
