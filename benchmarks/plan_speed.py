@@ -23,8 +23,9 @@ table) with COLUMNS=100, and records the wall time, the lines on stderr and the 
 Exits 1 on a clear regression only: any stderr line, any line wider than 100 columns, an exit status other than
 0/1, or a median above REGRESSION_FACTOR x its target (a torch import on the catalog path costs more than that).
 
---lora-only times the first LoRA plan (`--method lora`, empty cache) of each NEW_TYPE_FILES config on NEW_TYPE_GPUS:
-median < LORA_TARGET_S (issue 58: the 16-bit LoRA entry from models/analytic.py, no torch or peft). --code PATH times
+--lora-only times the first LoRA plan (`--method lora`, empty cache) of each NEW_TYPE_FILES config and of
+CLOSED_FORM_FILE (llama-tiny) on NEW_TYPE_GPUS: median < LORA_TARGET_S (issue 58: the 16-bit LoRA entry from
+models/analytic.py, no torch or peft). --code PATH times
 another checkout's zero_planner with this script's cases (before/after comparisons: --code /path/to/main).
 
 --auto-only times `--gpus auto` (AUTO_CASES: a hub id of the catalog, and a config.json path) and the same plans
@@ -288,12 +289,13 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
 
 
 def lora_cases(runs: int, tmp: str, code: Path) -> tuple[list[dict], list[str]]:
-    """Returns (every run, failures) of the first LoRA plan of each NEW_TYPE_FILES config, an empty cache each run."""
+    """Returns (every run, failures) of the first LoRA plan of each NEW_TYPE_FILES config and of CLOSED_FORM_FILE,
+    an empty cache each run."""
     every: list[dict] = []
     failures: list[str] = []
     print(f"first LoRA plans of configs outside the catalog, end to end ({runs} fresh processes each, empty cache):")
     medians = []
-    for name in NEW_TYPE_FILES:
+    for name in NEW_TYPE_FILES + [CLOSED_FORM_FILE]:
         path = Path(tmp) / f"lora-{name}"
         path.write_text((ROOT / "benchmarks" / "model_configs" / name).read_text())
         argv = ["--model", str(path), *NEW_TYPE_GPUS, "--method", "lora"]
