@@ -13,6 +13,7 @@ from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 from zero_planner.hardware import parse_gpus
 from zero_planner.models import activations, trace_cache
 from zero_planner.models.activations import activation_coefficients
+from zero_planner.models.analytic import lora_16bit_activations
 from zero_planner.models.count import count_params, param_table
 from zero_planner.models.spec import load_model_spec, spec_from_config
 from zero_planner.plan.search import plan
@@ -86,7 +87,9 @@ def test_a_plan_traces_only_what_it_reads(cache, tmp_path):
     result = plan(load_model_spec(str(config)), parse_gpus("1xA100-80GB"), seq_len=128)
     assert result.fits and result.precision == "bf16"
     activations = _cached(cache)["activations"]
-    assert set(activations) == {"method", "16bit"} and set(activations["16bit"]) == {"sdpa"}
+    # the closed forms' entries (16-bit SDPA and LoRA, models/analytic.py) and nothing traced: no fp32, no eager
+    assert set(activations) == {"method", "16bit", "lora"} and set(activations["16bit"]) == {"sdpa"}
+    assert activations["lora"] == {"16bit": lora_16bit_activations(LLAMA_TINY)}
 
 
 def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
