@@ -6,7 +6,7 @@ transformers.
     parameter_order(config)       -> every parameter tensor's numel in named_parameters' order, or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
     sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
-    lora_16bit_activations(config) -> the LoRA table's 16-bit entry (llama-style, olmo2, gpt_neox, qwen3_moe, olmoe)
+    lora_16bit_activations(config) -> the LoRA table's 16-bit entry (all but phi3, gemma2 and gpt2), or None
 
 Covered, as transformers' modeling_*.py builds them (_modules lists each layout's tensors):
 - the dense decoders whose modules are `LlamaForCausalLM`'s (llama, mistral, qwen2, qwen3): embedding, per layer
@@ -41,9 +41,9 @@ model, the same architecture with fewer layers) takes the catalog's traced table
 the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral, qwen3_moe, olmoe,
 olmo2, gpt_neox or gpt2 gets the entry a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for
 every catalog, benchmark and test config of each type; options it was not checked against return None), and a
-llama-style type, olmo2, gpt_neox, qwen3_moe or olmoe the 16-bit entry of the LoRA table from
-lora_16bit_activations (the same checks); the other entries (fp32, eager attention, the LoRA table of phi3, mixtral
-and gpt2), and every entry of a gemma2 (its
+llama-style type, mixtral, olmo2, gpt_neox, qwen3_moe or olmoe the 16-bit entry of the LoRA table from
+lora_16bit_activations (the same checks); the other entries (fp32, eager attention, the LoRA table of phi3 and
+gpt2), and every entry of a gemma2 (its
 plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
 """
 
@@ -666,10 +666,9 @@ def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
 
 
-LORA_CLOSED_FORM = {"llama", "mistral", "qwen2", "qwen3", "olmo2", "gpt_neox", "qwen3_moe", "olmoe"}
-"""Types whose LoRA entry lora_16bit_activations writes (checked against the trace in tests/test_analytic.py; phi3,
-mixtral and gpt2 are traced: mixtral keeps more per token than the qwen3_moe count with its fp32 routing weights,
-not worked out)."""
+LORA_CLOSED_FORM = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "olmo2", "gpt_neox", "qwen3_moe", "olmoe"}
+"""Types whose LoRA entry lora_16bit_activations writes (checked against the trace in tests/test_analytic.py; the
+LoRA tables of phi3, gpt2 and gemma2 are traced)."""
 
 
 def lora_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
@@ -760,19 +759,21 @@ def lora_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
         # final norm, fp32 logits, cos and sin in 16 bits; the first layer's input norm keeps nothing
         rest = norm + 4 * v + 2 * 2 * hd + loss - norm
         per_r = 2 * 7
-    else:  # moe: qwen3_moe and olmoe (the trace adapts the attention's nn.Linear layers, the experts frozen)
+    else:  # moe: mixtral, qwen3_moe, olmoe (the trace adapts the attention's nn.Linear layers, the experts frozen)
         # The two RMSNorms (frozen) keep fp32 input and rsqrt (4h + 4); q/k/v read the first one's output, kept by
-        # their lora_A alone; o_proj the kernels' output. q/k norms: fp32 input and rsqrt per head row (qwen3_moe)
-        # or per token (olmoe). The sparse block as in full fine-tuning (sdpa_16bit_activations) less what only
-        # the frozen weights' gradients need: the router's input, the gathered input of each routed copy and the
-        # gated product (down_proj's input); kept: per copy gate_up's output (4i), act(gate) (2i), the down
-        # projection's output (2h), the indices and the 16-bit weight; the grouped matmuls' int32 offsets once per
-        # micro-batch (4E bytes per layer, per token of the one traced length). 4 targets.
+        # their lora_A alone; o_proj the kernels' output. q/k norms: none (mixtral), fp32 input and rsqrt per head
+        # row (qwen3_moe) or per token (olmoe). The sparse block as in full fine-tuning (sdpa_16bit_activations)
+        # less what only the frozen weights' gradients need: the router's input, the gathered input of each routed
+        # copy and the gated product (down_proj's input); kept: per copy gate_up's output (4i), act(gate) (2i), the
+        # down projection's output (2h), the indices and the weight (mixtral: fp32, and its gathered copy); the
+        # grouped matmuls' int32 offsets once per micro-batch (4E bytes per layer, per token of the one traced
+        # length). 4 targets.
         e, i, k = c[family.experts], c[family.expert_width], c["num_experts_per_tok"]
         norm = 4 * h + 4
-        qk_norms = 4 * (q + kv) + (4 * (heads + kv_heads) if family.qk_norm == "head" else 4 + 4)
+        qk_norms = {"": 0, "head": 4 * (q + kv) + 4 * (heads + kv_heads), "full": 4 * (q + kv) + 4 + 4}[family.qk_norm]
         divides = 4 if _flag(c, family.norm_topk) else 0
-        routing = 32 + 2 + divides
+        weight = 4 + 4 if family.fp32_routing_weights else 2  # as in sdpa_16bit_activations
+        routing = 32 + weight + (0 if family.fp32_routing_weights else divides)
         moe = 4 * e + divides + k * (2 * h + 4 * i + 2 * i + routing) + 4 * e / TRACE_SEQ[0]
         layer = norm + 2 * h + qk_norms + sdpa + norm + moe
         targets_in = 3 * h + q

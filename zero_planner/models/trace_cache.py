@@ -6,7 +6,7 @@ Catalog models carry their tables in the package, and so, in effect, does a conf
 of a type models/analytic.py covers (llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, olmoe, olmo2, gpt_neox,
 gemma2, gpt2: counted from the config, the catalog's traced activations; no cache, no torch). Other configs of those
 types are counted the same way (no meta-device build); all but gemma2 get the 16-bit SDPA entry in closed form, and
-all but gemma2, phi3, mixtral and gpt2 the 16-bit LoRA entry too (analytic.lora_16bit_activations), so that a bf16
+all but gemma2, phi3 and gpt2 the 16-bit LoRA entry too (analytic.lora_16bit_activations), so that a bf16
 or fp16 plan of them, full or LoRA, imports neither torch nor peft.
 Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing
 torch and transformers, then one build per traced run. Here the
