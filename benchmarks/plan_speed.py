@@ -23,6 +23,11 @@ table) with COLUMNS=100, and records the wall time, the lines on stderr and the 
 Exits 1 on a clear regression only: any stderr line, any line wider than 100 columns, an exit status other than
 0/1, or a median above REGRESSION_FACTOR x its target (a torch import on the catalog path costs more than that).
 
+--lora-only times the first LoRA plan (`--method lora`, empty cache) of each NEW_TYPE_FILES config and of
+CLOSED_FORM_FILE (llama-tiny) on NEW_TYPE_GPUS: median < LORA_TARGET_S (issue 58: the 16-bit LoRA entry from
+models/analytic.py, no torch or peft). --code PATH times
+another checkout's zero_planner with this script's cases (before/after comparisons: --code /path/to/main).
+
 --auto-only times `--gpus auto` (AUTO_CASES: a hub id of the catalog, and a config.json path) and the same plans
 with the detected GPUs spelled out, median and max of --runs fresh processes each; median < AUTO_TARGET_S. Where
 there is no GPU, `--gpus auto` exits 2 with a one-line error: that is reported (exit status and message), not
@@ -72,6 +77,8 @@ TRACED_FILE = "gemma2-2b.json"
 TRACED_CHANGE = {"vocab_size": 256003}
 """Gemma 2 2B with three added tokens: no catalog twin and no closed form, activations traced on the meta device
 the first time."""
+LORA_TARGET_S = 2.0
+"""First LoRA plan of a NEW_TYPE_FILES config (issue 58; traced with torch, transformers and peft it took 6.0-6.8 s)."""
 CONFIG_GPUS = ["--gpus", "1xA100-80GB"]
 AUTO_MODEL = "meta-llama/Llama-3.2-1B"
 AUTO_TARGET_S = 2.0
@@ -83,13 +90,14 @@ REGRESSION_FACTOR = 1.5
 MAX_COLUMNS = 100
 
 
-def run_plan(argv: list[str], cache_dir: str, expect_error: bool = False) -> dict:
-    """Returns {argv, seconds, rc, stderr_lines, stderr_first, widest} of one zero-plan process."""
+def run_plan(argv: list[str], cache_dir: str, expect_error: bool = False, code: Path = ROOT) -> dict:
+    """Returns {argv, seconds, rc, stderr_lines, stderr_first, widest} of one zero-plan process running the
+    zero_planner of checkout `code`."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": str(MAX_COLUMNS), "ZERO_PLANNER_CACHE_DIR": cache_dir,
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
+           "PYTHONPATH": str(code) + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "zero_planner", *argv], capture_output=True, text=True, env=env,
-                          cwd=ROOT)  # fmt: skip
+                          cwd=code)  # fmt: skip
     seconds = time.perf_counter() - start
     if (done.returncode not in (0, 1) and not expect_error) or "Traceback" in done.stderr:
         print(done.stdout[-2000:], done.stderr[-4000:], sep="\n", file=sys.stderr)
@@ -135,8 +143,9 @@ def check_median(what: str, median: float, target: float, failures: list[str], e
         failures.append(f"{what} median {median:.2f} s")
 
 
-def provenance() -> dict:
-    """Returns where and how this run was taken: host, GPUs (nvidia-smi), Python, versions, commit, load, date."""
+def provenance(code: Path = ROOT) -> dict:
+    """Returns where and how this run was taken: host, GPUs (nvidia-smi), Python, versions, the commit of the timed
+    checkout `code`, load, date."""
     def package(name: str) -> str:
         try:
             return version(name)
@@ -148,9 +157,9 @@ def provenance() -> dict:
         done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                               capture_output=True, text=True)  # fmt: skip
         gpus = done.stdout.strip().splitlines() or done.stderr.strip()[:200]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=code)
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=ROOT).stdout.strip()  # fmt: skip
+                           cwd=code).stdout.strip()  # fmt: skip
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -279,20 +288,44 @@ def config_cases(runs: int, tmp: str) -> tuple[list[dict], list[str]]:
     return every, failures
 
 
+def lora_cases(runs: int, tmp: str, code: Path) -> tuple[list[dict], list[str]]:
+    """Returns (every run, failures) of the first LoRA plan of each NEW_TYPE_FILES config and of CLOSED_FORM_FILE,
+    an empty cache each run."""
+    every: list[dict] = []
+    failures: list[str] = []
+    print(f"first LoRA plans of configs outside the catalog, end to end ({runs} fresh processes each, empty cache):")
+    medians = []
+    for name in NEW_TYPE_FILES + [CLOSED_FORM_FILE]:
+        path = Path(tmp) / f"lora-{name}"
+        path.write_text((ROOT / "benchmarks" / "model_configs" / name).read_text())
+        argv = ["--model", str(path), *NEW_TYPE_GPUS, "--method", "lora"]
+        results = [run_plan(argv, str(Path(tmp) / f"empty-lora-{name}-{i}"), code=code) for i in range(runs)]
+        every += results
+        medians.append(statistics.median(r["seconds"] for r in results))
+        times = ", ".join(f"{r['seconds']:.2f}" for r in results)
+        print(f"  {summary(results)}  ({times} s; exit {results[0]['rc']})  {name} {' '.join(argv[2:])}")
+    check_median("LoRA config", statistics.median(medians), LORA_TARGET_S, failures)
+    return every, failures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per case (median reported)")
     parser.add_argument("--auto-only", action="store_true", help="time --gpus auto plans only (for a GPU host)")
+    parser.add_argument("--lora-only", action="store_true", help="time first LoRA plans of configs outside the catalog")
+    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose zero_planner runs (default: this one)")
     parser.add_argument("--json", type=Path, help="write every run and its provenance to this file")
     args = parser.parse_args(argv)
     failures: list[str] = []
     every: list[dict] = []
-    where = provenance()
+    where = provenance(args.code.resolve())
 
     print(f"machine: {where['machine']}, GPUs: {where['gpus']}, Python {where['python']}, commit {where['commit']}, "
           f"load average {where['load_average_before']:.2f}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="zero-plan-speed-") as tmp:
-        if args.auto_only:
+        if args.lora_only:
+            every, failures = lora_cases(args.runs, tmp, args.code.resolve())
+        elif args.auto_only:
             every, failures = auto_only(args.runs, tmp)
         else:
             print(f"catalog models and hub ids, end to end ({args.runs} fresh processes each):")
@@ -309,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             every += runs
             failures += config_failures
 
-    if not args.auto_only:
+    if not (args.auto_only or args.lora_only):
         planning = in_process(IN_PROCESS_GPUS)
         slowest = max(planning)
         print(f"planning call alone, {len(planning)} plans (every catalog model x {', '.join(IN_PROCESS_GPUS)}): "

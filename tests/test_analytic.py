@@ -10,12 +10,14 @@ import pytest
 from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 
 from zero_planner.errors import InputError
-from zero_planner.models.activations import attention_coefficients
+from zero_planner.models.activations import attention_coefficients, lora_dtype_coefficients
 from zero_planner.models.analytic import (
     FAMILIES,
+    LORA_CLOSED_FORM,
     analytic_table,
     catalog_activations,
     catalog_twin,
+    lora_16bit_activations,
     parameter_order,
     sdpa_16bit_activations,
 )
@@ -293,8 +295,8 @@ OUTSIDE_THE_CATALOG = {
     "gpt2": {**BENCHMARK_CONFIGS["gpt2-medium.json"], "vocab_size": 50260},  # three added tokens
     "olmo2": BENCHMARK_CONFIGS["olmo2-1b.json"],
     "gpt_neox": BENCHMARK_CONFIGS["pythia-1.4b.json"],
-    # Shapes whose full fine-tune fits one A100: a plan that fits nowhere suggests LoRA (plan/advice.py), and the
-    # LoRA table is traced (torch, transformers, peft)
+    # Shapes whose full fine-tune fits one A100: a plan that fits nowhere suggests LoRA (plan/advice.py), whose
+    # table is traced for the other types (torch, transformers, peft)
     "qwen3_moe": BENCHMARK_CONFIGS["qwen3-30b-a3b-4l.json"],
     "olmoe": {**BENCHMARK_CONFIGS["olmoe-1b-7b.json"], "num_hidden_layers": 4},
 }
@@ -308,6 +310,19 @@ def test_a_bf16_plan_of_a_config_outside_the_catalog_imports_no_torch(tmp_path, 
         "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
         "from zero_planner.cli import main\n"
         f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
+    )
+    assert heavy_modules_after(code) == []
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral", "olmo2", "gpt_neox", "qwen3_moe", "olmoe"])
+def test_a_lora_plan_of_a_config_outside_the_catalog_imports_no_torch_or_peft(tmp_path, family):
+    """The LoRA entry comes from models/analytic.py (lora_16bit_activations), not from peft on the meta device."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(OUTSIDE_THE_CATALOG[family]))
+    code = (
+        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
+        "from zero_planner.cli import main\n"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--method', 'lora', '--json'])"
     )
     assert heavy_modules_after(code) == []
 
@@ -419,6 +434,87 @@ def test_new_types_run_their_weight_matrices_in_forward_modules_order(name):
                if max(n for _, n in params) > config["hidden_size"]]  # the norms' weights are hidden-wide at most
     listed += [path for path, params in tail if path == "lm_head"]
     assert ran == listed
+
+
+@pytest.mark.parametrize("name", sorted(NEW_TYPES))
+def test_new_types_lora_entry_equals_the_trace(name):
+    """The 16-bit LoRA entry as peft's all-linear adapters on the frozen base keep it (ten traced runs): frozen
+    norms, routers and lm_head keep no inputs for weight gradients, lora_A keeps each target's input, dropout its
+    copies and masks, ZeRO-3's F.linear the base layers' inputs; the first layer, fed by the frozen embedding, keeps
+    less than the others (rest, rest_dropout)."""
+    config = NEW_TYPES[name]
+    assert lora_16bit_activations(config) == lora_dtype_coefficients(config, "bfloat16", 0.0)
+
+
+# Ranks and shapes the trace fits linearly; one more of each dense type with biases off and another head_dim.
+LORA_SHAPES = {
+    "olmo2-mha-wide-head": _small("olmo2-1b.json", hidden_size=80, num_attention_heads=2, num_key_value_heads=2,
+                                  head_dim=56, intermediate_size=120),
+    "neox-serial-tied-partial": _small("pythia-1.4b.json", hidden_size=96, num_attention_heads=3,
+                                       intermediate_size=136, use_parallel_residual=False, tie_word_embeddings=True,
+                                       rotary_pct=0.4),
+    "qwen3moe-normed-1e-top1": _small("qwen3-30b-a3b.json", hidden_size=64, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=40, moe_intermediate_size=24, num_experts=1,
+                                      num_experts_per_tok=1, norm_topk_prob=True),
+    "olmoe-mha-top1": _small("olmoe-1b-7b.json", hidden_size=48, num_attention_heads=3, num_key_value_heads=3,
+                             intermediate_size=56, num_experts=3, num_experts_per_tok=1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(LORA_SHAPES))
+def test_lora_entry_equals_the_trace_on_other_shapes(name):
+    config = LORA_SHAPES[name]
+    assert lora_16bit_activations(config) == lora_dtype_coefficients(config, "bfloat16", 0.0)
+
+
+LLAMA_STYLE = ("llama", "mistral", "qwen2", "qwen3")
+LORA_LLAMA_STYLE = {**{f"odd-{k}": config for k, config in enumerate(ODD_CONFIGS)},
+                    **{name: config for name, config in BENCHMARK_CONFIGS.items() if config["model_type"] in LLAMA_STYLE}}
+
+
+@pytest.mark.parametrize("name", sorted(LORA_LLAMA_STYLE))
+def test_lora_entry_of_llama_style_types_equals_the_trace(name):
+    """Frozen RMSNorms keep fp32 input and rsqrt only; q/k/v, gate/up and down keep their inputs through lora_A."""
+    config = LORA_LLAMA_STYLE[name]
+    assert lora_16bit_activations(config) == lora_dtype_coefficients(config, "bfloat16", 0.0)
+
+
+LORA_MIXTRAL = {**MIXTRAL_SHAPES, **{name: config for name, config in BENCHMARK_CONFIGS.items()
+                                    if config["model_type"] == "mixtral"}}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(LORA_MIXTRAL))
+def test_lora_entry_of_mixtral_equals_the_trace(name):
+    """qwen3_moe's count without q/k norms, with mixtral's fp32 routing weight and its gathered copy per routed copy."""
+    config = LORA_MIXTRAL[name]
+    assert lora_16bit_activations(config) == lora_dtype_coefficients(config, "bfloat16", 0.0)
+
+
+def test_lora_entry_equals_the_catalogs_traced_lora_tables():
+    """Every catalog entry of a type the LoRA closed form covers carries a traced 16-bit LoRA entry (but mixtral's:
+    its fp32 LoRA trace fails, which drops the table, lora_why): the same."""
+    compared = {slug: (lora_16bit_activations(entry["config"]), entry["params"]["activations"]["lora"]["16bit"])
+                for slug, entry in catalog_entries().items()
+                if entry["config"]["model_type"] in LORA_CLOSED_FORM and "lora" in entry["params"]["activations"]}
+    assert len(compared) >= 20
+    assert {slug: pair for slug, pair in compared.items() if pair[0] != pair[1]} == {}
+
+
+def test_the_lora_entry_is_only_written_where_checked(monkeypatch):
+    """Other types (phi3, gemma2, gpt2: their LoRA table is traced), options whose 16-bit entry is traced,
+    llama-style options the trace was not compared on, and a machine without peft (where the trace has no LoRA
+    table either) return None."""
+    others = [name for name in COVERED if CONFIGS[name]["model_type"] not in LORA_CLOSED_FORM]
+    assert {CONFIGS[name]["model_type"] for name in others} == {"phi3", "gemma2", "gpt2"}
+    assert [name for name in others if lora_16bit_activations(CONFIGS[name]) is not None] == []
+    assert [name for name in NEW_TYPES_TRACED if lora_16bit_activations(NEW_TYPES_TRACED[name]) is not None] == []
+    for change in ({"hidden_act": "gelu"}, {"attention_dropout": 0.1}):
+        assert sdpa_16bit_activations({**LLAMA_TINY, **change}) is not None
+        assert lora_16bit_activations({**LLAMA_TINY, **change}) is None
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "peft" else object())
+    assert lora_16bit_activations(NEW_TYPES["olmo2-1b"]) is None
 
 
 NEW_TYPES_TRACED = {

@@ -13,6 +13,7 @@ from conftest import LLAMA_TINY, ROOT, heavy_modules_after
 from zero_planner.hardware import parse_gpus
 from zero_planner.models import activations, trace_cache
 from zero_planner.models.activations import activation_coefficients
+from zero_planner.models.analytic import lora_16bit_activations
 from zero_planner.models.count import count_params, param_table
 from zero_planner.models.spec import load_model_spec, spec_from_config
 from zero_planner.plan.search import plan
@@ -43,9 +44,19 @@ GEMMA2_TINY = {**json.loads((ROOT / "benchmarks" / "model_configs" / "gemma2-2b.
 MIXTRAL_UNALIGNED = {**MIXTRAL_TINY, "intermediate_size": 4100}
 
 
+# Types whose 16-bit SDPA and LoRA entries both come from models/analytic.py: the rest is traced when read
+OLMO2_TINY = {"model_type": "olmo2", "num_hidden_layers": 2, "hidden_size": 96, "num_attention_heads": 6,
+              "num_key_value_heads": 2, "intermediate_size": 200, "vocab_size": 1001, "eos_token_id": None,
+              "pad_token_id": None}  # fmt: skip
+QWEN3_MOE_TINY = {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 48, "moe_intermediate_size": 40, "num_experts": 16,
+                  "num_experts_per_tok": 4, "vocab_size": 1001, "bos_token_id": None, "eos_token_id": None}  # fmt: skip
+
+
 @pytest.mark.parametrize("config, untraceable",
-                         [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (MIXTRAL_UNALIGNED, True)],
-                         ids=["dense", "moe", "closed-form"])  # fmt: skip
+                         [(LLAMA_TINY, False), (MIXTRAL_TINY, False), (MIXTRAL_UNALIGNED, True), (OLMO2_TINY, False),
+                          (QWEN3_MOE_TINY, False)],
+                         ids=["dense", "moe", "closed-form", "olmo2-lora-closed", "qwen3-moe-lora-closed"])  # fmt: skip
 def test_lazy_table_equals_the_eager_one(cache, monkeypatch, config, untraceable):
     if untraceable:  # as a model the meta device cannot run: both fall back to the closed form
         def fail(*args, **kwargs):
@@ -76,15 +87,29 @@ def test_a_plan_traces_only_what_it_reads(cache, tmp_path):
     result = plan(load_model_spec(str(config)), parse_gpus("1xA100-80GB"), seq_len=128)
     assert result.fits and result.precision == "bf16"
     activations = _cached(cache)["activations"]
-    assert set(activations) == {"method", "16bit"} and set(activations["16bit"]) == {"sdpa"}
+    # the closed forms' entries (16-bit SDPA and LoRA, models/analytic.py) and nothing traced: no fp32, no eager
+    assert set(activations) == {"method", "16bit", "lora"} and set(activations["16bit"]) == {"sdpa"}
+    assert activations["lora"] == {"16bit": lora_16bit_activations(LLAMA_TINY)}
 
 
 def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
-    spec = spec_from_config(LLAMA_TINY, "llama-tiny")
+    spec = spec_from_config(GEMMA2_TINY, "gemma2-tiny")  # traced (a llama's LoRA entry is a closed form)
     result = plan(spec, parse_gpus("1xA100-80GB"), seq_len=128, method="lora")
     assert result.fits and not any("closed-form" in note for note in result.plan.notes)
     activations = _cached(cache)["activations"]
     assert set(activations["lora"]) == {"16bit"} and "fp32" not in activations
+
+
+@pytest.mark.parametrize("config", [OLMO2_TINY, QWEN3_MOE_TINY], ids=["olmo2", "qwen3_moe"])
+def test_a_lora_plan_of_a_new_type_reads_the_closed_form(cache, config):
+    """The cache holds the 16-bit SDPA and LoRA entries of models/analytic.py, equal to the trace; nothing else
+    is traced."""
+    result = plan(spec_from_config(config, "tiny"), parse_gpus("1xA100-80GB"), seq_len=128, method="lora")
+    assert result.fits
+    acts = _cached(cache)["activations"]
+    assert set(acts) == {"method", "16bit", "lora"}
+    assert set(acts["16bit"]) == {"sdpa"} and set(acts["lora"]) == {"16bit"}
+    assert acts["lora"]["16bit"] == activations.lora_dtype_coefficients(config, "bfloat16", 0.0)
 
 
 def test_second_plan_of_a_config_imports_no_heavy_library(cache, tmp_path):

@@ -6,6 +6,7 @@ transformers.
     parameter_order(config)       -> every parameter tensor's numel in named_parameters' order, or None
     catalog_activations(config)   -> the activation table of a catalog model of the same architecture, or None
     sdpa_16bit_activations(config) -> the table's 16-bit SDPA entry (what a bf16/fp16 plan reads), or None
+    lora_16bit_activations(config) -> the LoRA table's 16-bit entry (all but phi3, gemma2 and gpt2), or None
 
 Covered, as transformers' modeling_*.py builds them (_modules lists each layout's tensors):
 - the dense decoders whose modules are `LlamaForCausalLM`'s (llama, mistral, qwen2, qwen3): embedding, per layer
@@ -39,8 +40,11 @@ tensors; a config that agrees with a catalog entry (a fine-tune's folder, the hu
 model, the same architecture with fewer layers) takes the catalog's traced table. tests/test_analytic.py traces
 the benchmark configs and compares. Any other config of a llama-style type, phi3, mixtral, qwen3_moe, olmoe,
 olmo2, gpt_neox or gpt2 gets the entry a 16-bit plan reads from sdpa_16bit_activations (equal to the trace for
-every catalog, benchmark and test config of each type; options it was not checked against return None); the other entries, and every entry of a gemma2
-(its plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
+every catalog, benchmark and test config of each type; options it was not checked against return None), and a
+llama-style type, mixtral, olmo2, gpt_neox, qwen3_moe or olmoe the 16-bit entry of the LoRA table from
+lora_16bit_activations (the same checks); the other entries (fp32, eager attention, the LoRA table of phi3 and
+gpt2), and every entry of a gemma2 (its
+plans read eager attention, whose closed form is not written), are traced when read (models/trace_cache.py).
 """
 
 from __future__ import annotations
@@ -660,3 +664,125 @@ def _gpt2_sdpa_16bit(c: dict[str, Any]) -> dict[str, float] | None:
     layer = 2 * norm + attn + mlp + 2 * masks
     rest = norm + 2 * h + 4 * v + 8 + 8 + 8 + (h if c["embd_pdrop"] else 0) + 12 / TRACE_SEQ[0]
     return {"layer": round(float(layer), 3), "layer_per_seq": 0.0, "rest": round(rest, 3)}
+
+
+LORA_CLOSED_FORM = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "olmo2", "gpt_neox", "qwen3_moe", "olmoe"}
+"""Types whose LoRA entry lora_16bit_activations writes (checked against the trace in tests/test_analytic.py; the
+LoRA tables of phi3, gpt2 and gemma2 are traced)."""
+
+
+def lora_16bit_activations(config: dict[str, Any]) -> dict[str, float] | None:
+    """Returns the 16-bit entry of the LoRA table, {layer, layer_per_r, layer_dropout, rest, rest_dropout,
+    zero3_layer_extra, zero3_layer_extra_dropout} in bytes per token, as models/activations.py traces it
+    (lora_dtype_coefficients(config, "bfloat16", 0.0): peft's all-linear adapters at ranks 8 and 16, dropout 0.05,
+    on a frozen base, SDPA); None where not covered: types other than LORA_CLOSED_FORM's, options
+    sdpa_16bit_activations does not cover (and for llama-style types an activation other than silu or attention
+    dropout, which it does not check), or no peft installed (the trace then fails: no LoRA table).
+
+    peft's Linear runs base(x) + lora_B(lora_A(dropout(x))) * scale. The frozen base keeps nothing (the weight
+    gradient is not wanted; the input gradient needs only the weight); lora_A keeps its input (the target's
+    input, a storage often kept anyway) and lora_B its r-wide input: 2r bytes per target, the layer_per_r term
+    (2 x the targets a layer has). Frozen norms no longer keep what only their weight's gradient needs (llama-style
+    RMSNorm its 16-bit normalised input, olmo2's its fp32 one), nor frozen routers and lm_head their inputs, nor the
+    frozen embedding its ids.
+    - layer_dropout: each target's dropout keeps a 1-byte mask and lora_A the dropped copy (3 bytes per input
+      element of each target), less the inputs that lora_A alone kept (their storage is freed).
+    - zero3_layer_extra(_dropout): deepspeed.zero.Init's F.linear keeps every input of the base layers (and of the
+      routers: MoE 2h), of which lora_A keeps the targets' already, unless dropout copied them.
+    - rest: the head (final norm, fp32 logits, labels, per sequence the loss's 12 bytes, rotary cos and sin) plus
+      what the first layer keeps apart from the others: its input comes from the frozen embedding and needs no
+      gradient, so the norms that read it keep nothing, and the dropout that reads it keeps no mask
+      (rest_dropout: one mask per target reading it, and the dropped copies where lora_A alone kept the input).
+    """
+    c = _resolved(config)
+    if c is None or c["model_type"] not in LORA_CLOSED_FORM or sdpa_16bit_activations(config) is None:
+        return None
+    if FAMILIES[c["model_type"]].layout == "llama" and (c["hidden_act"] != "silu" or c["attention_dropout"]):
+        return None  # (the others' 16-bit entries check these; llama-style ones do not)
+    from importlib.util import find_spec
+
+    if find_spec("peft") is None:
+        return None
+    family = FAMILIES[c["model_type"]]
+    h, i, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    q, kv = heads * hd, kv_heads * hd
+    sdpa = 2 * q + 2 * kv + 2 * kv + 2 * q + 4 * heads  # the kernels' q, k, v, output and fp32 logsumexp
+    loss = 8 + 12 / TRACE_SEQ[0]  # the shifted labels, and per sequence the padding element and total weight
+    if family.layout == "olmo2":
+        # Olmo2RMSNorm (weight x fp32 normalised): fp32 input and rsqrt (4w + 4), the fp32 product no longer kept.
+        # q/k/v read the layer's input itself, kept by their lora_A alone; o_proj's the kernels' output; gate and
+        # up the residual sum, down the gated product: both kept by their lora_A alone. 7 targets.
+        norm = 4 * h + 4
+        layer = 2 * h + (4 * q + 4) + (4 * kv + 4) + sdpa + norm + 2 * h + 8 * i + norm
+        targets_in = 5 * h + q + i
+        alone = 2 * h + 2 * h + 2 * i  # the layer's input, the residual sum, the gated product
+        zero3 = 0
+        # the first layer's input (the embedding's) needs no gradient: q/k/v's dropout keeps no masks
+        first_dropout = -3 * h
+        # final norm, fp32 logits, cos and sin in fp32 (Olmo2RotaryEmbedding)
+        rest = norm + 4 * v + 2 * 4 * hd + loss
+        per_r = 2 * 7
+    elif family.layout == "gpt_neox":
+        # Both LayerNorms (frozen) keep their input and fp32 mean and rstd: the parallel residual reads the layer's
+        # input twice (2h + 16), the serial one the sum after attention too (2h more). Everything else as in full
+        # fine-tuning: lora_A keeps the inputs query_key_value, dense, dense_h_to_4h and dense_4h_to_h kept.
+        # The two LayerNorms' outputs, dense's copy of the kernels' output and gelu's output are kept by lora_A
+        # alone. 4 targets.
+        full = _gpt_neox_sdpa_16bit(c)
+        layer = full["layer"]
+        targets_in = 3 * h + i
+        alone = 2 * h + 2 * h + 2 * h + 2 * i
+        zero3 = 0
+        rotary = 2 * len(range(0, int(hd * c["rotary_pct"]), 2))
+        parallel = c["use_parallel_residual"]
+        # the first layer's LayerNorms that read its input keep nothing (2h + 16, or 2h + 8 serial: the second
+        # reads the sum after attention, which needs a gradient); their outputs' dropout keeps no mask
+        first = -(2 * h + 16) if parallel else -(2 * h + 8)
+        first_dropout = -2 * h if parallel else -h
+        # final LayerNorm (input, mean, rstd), fp32 logits, cos and sin in 16 bits
+        rest = (2 * h + 8) + 4 * v + 2 * 2 * rotary + loss + first
+        per_r = 2 * 4
+    elif family.layout == "llama":
+        # llama, mistral, qwen2, qwen3: the two RMSNorms (frozen) keep fp32 input and rsqrt (4h + 4); q/k/v read
+        # the first one's output and gate/up the second one's, each kept by their lora_A alone; o_proj reads the
+        # kernels' output; the MLP keeps gate (silu's input), act(gate) and up (their product's inputs) and the
+        # product, down_proj's input, kept by its lora_A alone. qwen3's q/k norms: fp32 input and rsqrt per head
+        # row. 7 targets.
+        norm = 4 * h + 4
+        qk_norms = 4 * (q + kv) + 4 * (heads + kv_heads) if family.qk_norm == "head" else 0
+        layer = norm + 2 * h + qk_norms + sdpa + norm + 2 * h + 8 * i
+        targets_in = 5 * h + q + i
+        alone = 2 * h + 2 * h + 2 * i
+        zero3 = 0
+        first_dropout = -3 * h
+        # final norm, fp32 logits, cos and sin in 16 bits; the first layer's input norm keeps nothing
+        rest = norm + 4 * v + 2 * 2 * hd + loss - norm
+        per_r = 2 * 7
+    else:  # moe: mixtral, qwen3_moe, olmoe (the trace adapts the attention's nn.Linear layers, the experts frozen)
+        # The two RMSNorms (frozen) keep fp32 input and rsqrt (4h + 4); q/k/v read the first one's output, kept by
+        # their lora_A alone; o_proj the kernels' output. q/k norms: none (mixtral), fp32 input and rsqrt per head
+        # row (qwen3_moe) or per token (olmoe). The sparse block as in full fine-tuning (sdpa_16bit_activations)
+        # less what only the frozen weights' gradients need: the router's input, the gathered input of each routed
+        # copy and the gated product (down_proj's input); kept: per copy gate_up's output (4i), act(gate) (2i), the
+        # down projection's output (2h), the indices and the weight (mixtral: fp32, and its gathered copy); the
+        # grouped matmuls' int32 offsets once per micro-batch (4E bytes per layer, per token of the one traced
+        # length). 4 targets.
+        e, i, k = c[family.experts], c[family.expert_width], c["num_experts_per_tok"]
+        norm = 4 * h + 4
+        qk_norms = {"": 0, "head": 4 * (q + kv) + 4 * (heads + kv_heads), "full": 4 * (q + kv) + 4 + 4}[family.qk_norm]
+        divides = 4 if _flag(c, family.norm_topk) else 0
+        weight = 4 + 4 if family.fp32_routing_weights else 2  # as in sdpa_16bit_activations
+        routing = 32 + weight + (0 if family.fp32_routing_weights else divides)
+        moe = 4 * e + divides + k * (2 * h + 4 * i + 2 * i + routing) + 4 * e / TRACE_SEQ[0]
+        layer = norm + 2 * h + qk_norms + sdpa + norm + moe
+        targets_in = 3 * h + q
+        alone = 2 * h
+        zero3 = 2 * h  # the router's input, the second norm's output
+        first_dropout = -3 * h
+        # final norm, fp32 logits, cos and sin in 16 bits; the first layer's input norm keeps nothing
+        rest = norm + 4 * v + 2 * 2 * hd + loss - norm
+        per_r = 2 * 4
+    out = {"layer": layer, "layer_per_r": per_r, "layer_dropout": 3 * targets_in - alone, "rest": rest,
+           "rest_dropout": first_dropout, "zero3_layer_extra": zero3, "zero3_layer_extra_dropout": zero3 + alone}
+    return {key: round(float(value), 3) for key, value in out.items()}

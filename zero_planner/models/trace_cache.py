@@ -3,9 +3,11 @@
     cached_table(config, name) -> param_table(config), its "activations" a TracedActivations
 
 Catalog models carry their tables in the package, and so, in effect, does a config of a catalog architecture
-of a type models/analytic.py covers (llama-style, phi3, mixtral, gemma2, gpt2: counted from the config, the
-catalog's traced activations; no cache, no torch); other configs of those types are counted the same way (no
-meta-device build), and llama-style ones get the 16-bit SDPA entry in closed form.
+of a type models/analytic.py covers (llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, olmoe, olmo2, gpt_neox,
+gemma2, gpt2: counted from the config, the catalog's traced activations; no cache, no torch). Other configs of those
+types are counted the same way (no meta-device build); all but gemma2 get the 16-bit SDPA entry in closed form, and
+all but gemma2, phi3 and gpt2 the 16-bit LoRA entry too (analytic.lora_16bit_activations), so that a bf16
+or fp16 plan of them, full or LoRA, imports neither torch nor peft.
 Anything else (a config.json, a folder, a hub id) is built on the meta device, which costs seconds: importing
 torch and transformers, then one build per traced run. Here the
 counts are stored the first time, and each activation entry (one dtype and attention implementation: four runs;
@@ -36,7 +38,12 @@ from zero_planner.models.activations import (
     lora_dtype_coefficients,
     runs_on_meta,
 )
-from zero_planner.models.analytic import analytic_table, catalog_activations, sdpa_16bit_activations
+from zero_planner.models.analytic import (
+    analytic_table,
+    catalog_activations,
+    lora_16bit_activations,
+    sdpa_16bit_activations,
+)
 from zero_planner.models.count import count_params, with_activations
 from zero_planner.quiet import quiet_libraries
 
@@ -121,6 +128,12 @@ def cached_table(config: dict[str, Any], name: str | None = None) -> dict[str, A
         # The entry a 16-bit plan reads, from the closed form that equals the trace (models/analytic.py): such a
         # plan imports no torch; the other entries are traced when read.
         acts.setdefault("16bit", {})["sdpa"] = closed
+        store.save()
+    lora = lora_16bit_activations(config) if closed is not None else None  # analytic.LORA_CLOSED_FORM's types
+    if lora is not None and acts.get("method") == "traced" and "lora_why" not in acts \
+            and "16bit" not in acts.get("lora", {}):
+        # The LoRA entry a 16-bit LoRA plan reads, from the closed form that equals the trace: no torch, no peft.
+        acts.setdefault("lora", {})["16bit"] = lora
         store.save()
     return with_activations(table, TracedActivations(config, table["architecture"], store))
 
