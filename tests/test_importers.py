@@ -406,7 +406,10 @@ def test_a_shipped_axolotl_example_says_what_is_not_modelled(tmp_path, capsys, m
     assert rc in (0, 1)
     answer = json.loads(capsys.readouterr().out)
     notes = " ".join((answer.get("plan") or answer)["notes"])
-    for key in ("context_parallel_size: 8", "tiled_mlp", "optimizer: adamw_torch_8bit", "activation_offloading"):
+    # its preset offloads the optimizer with zero_force_ds_cpu_optimizer false: torchao's 8-bit AdamW steps on the
+    # host, so the host figure is the upper bound
+    for key in ("context_parallel_size: 8", "tiled_mlp", "activation_offloading",
+                "optim adamw_torch_8bit (torchao's 8-bit AdamW", "an upper bound by up to"):
         assert key in notes
 
 
@@ -709,3 +712,36 @@ def test_unreadable_training_arguments_and_one_source(tmp_path, capsys):
         capsys.readouterr().err  # fmt: skip
     assert main(["--gpus", "2xT4", "--from-hf-trainer", str(EXAMPLES / "hf_trainer_args.json")]) == 2
     assert "the following argument is required: --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool, key", [("axolotl", "optimizer"), ("llamafactory", "optim")])
+def test_the_yaml_tools_read_their_optimizer_as_trainingarguments_optim(tmp_path, capsys, tool, key):
+    # Axolotl and LLaMA-Factory train through HF Trainer with its optimizer names: an 8-bit AdamW is an upper bound
+    # by a stated amount on the GPU, is replaced by CPU Adam when the JSON offloads the optimizer, and one that keeps
+    # more than AdamW is refused (the note said "8-bit or paged optimizers take less" whatever the JSON did).
+    base = {"axolotl": {"base_model": "gpt2", "sequence_len": 512, "micro_batch_size": 2, "fp16": True},
+            "llamafactory": {"model_name_or_path": "gpt2", "stage": "sft", "do_train": True, "finetuning_type": "full",
+                             "cutoff_len": 512, "per_device_train_batch_size": 2, "fp16": True}}[tool]  # fmt: skip
+    flag = {"axolotl": "--from-axolotl", "llamafactory": "--from-llamafactory"}[tool]
+
+    def notes(optimizer, ds):
+        path = _write(tmp_path, "c.yaml", {**base, key: optimizer, "deepspeed": str(ds)})
+        rc = main([flag, str(path), "--gpus", "2xT4", "--cpu-mem", "64GiB", "--json"])
+        out = json.loads(capsys.readouterr().out)
+        return rc, " ".join((out.get("plan") or out)["notes"])
+
+    stage2 = tmp_path / "z2.json"
+    stage2.write_text(json.dumps({"zero_optimization": {"stage": 2}, "fp16": {"enabled": "auto"},
+                                  "train_micro_batch_size_per_gpu": "auto"}))  # fmt: skip
+    offload = tmp_path / "z2o.json"
+    offload.write_text(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                                   "fp16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto"}))  # fmt: skip
+    rc, text = notes("adamw_bnb_8bit", stage2)
+    assert rc == 0 and "optim adamw_bnb_8bit (" in text and "an upper bound by up to" in text
+    rc, text = notes("adamw_bnb_8bit", offload)
+    assert rc == 0 and f"{key} adamw_bnb_8bit is not used: with the optimizer offloaded" in text
+    rc, text = notes("adamw_torch", stage2)
+    assert rc == 0 and "adamw_torch" not in text
+    assert main([flag, str(_write(tmp_path, "c.yaml", {**base, key: "ademamix", "deepspeed": str(stage2)})),
+                 "--gpus", "2xT4"]) == 2  # fmt: skip
+    assert "'ademamix'" in capsys.readouterr().err

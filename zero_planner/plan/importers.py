@@ -41,7 +41,6 @@ GIVEN_BY = {"axolotl": "the YAML", "llamafactory": "the YAML", "hf_trainer": "th
 
 NOT_MODELLED = {
     "axolotl": {
-        "optimizer": "the estimate assumes AdamW with fp32 states (8-bit or paged optimizers take less)",
         "context_parallel_size": "sequence sharded over GPUs is not modelled: activations are for the whole sequence",
         "sequence_parallel_degree": "sequence sharded over GPUs is not modelled: activations are for the whole sequence",
         "tiled_mlp": "tiled MLP is not modelled: MLP activations are for the whole sequence",
@@ -52,7 +51,6 @@ NOT_MODELLED = {
         "flash_attention": "activations are estimated for SDPA, what zero-run measures",
     },
     "llamafactory": {
-        "optim": "the estimate assumes AdamW with fp32 states (8-bit or paged optimizers take less)",
         "sequence_parallel_size": "sequence sharded over GPUs is not modelled: activations are for the whole sequence",
         "enable_liger_kernel": "the fused loss is not modelled: fp32 logits are counted",
         "use_unsloth": "Unsloth's kernels are not modelled",
@@ -75,8 +73,7 @@ NOT_MODELLED = {
 }
 """Keys that change memory in ways zero-plan does not model: when set (to anything but the default or the
 modelled value), the output says so beside the estimate, which is then an upper bound or approximate."""
-MODELLED_VALUES = {"optimizer": ("adamw_torch", "adamw_torch_fused", "adamw_hf"), "optim": ("adamw_torch",
-                   "adamw_torch_fused"), "attn_implementation": ("sdpa",), "flash_attn": ("auto", "sdpa"),
+MODELLED_VALUES = {"attn_implementation": ("sdpa",), "flash_attn": ("auto", "sdpa"),
                    "context_parallel_size": (1,), "sequence_parallel_degree": (1,), "sequence_parallel_size": (1,)}  # fmt: skip
 
 
@@ -147,6 +144,11 @@ def read_config(tool: str, path: str | Path) -> ImportedConfig:
     data = _load_json(tool, path) if tool == "hf_trainer" else _load_yaml(tool, path)
     _check_keys(tool, path, data)
     imported = READERS[tool](path, data)
+    if tool in OPTIMIZER_KEYS and data.get(OPTIMIZER_KEYS[tool]) is not None:
+        # Their optimizer names are TrainingArguments' (both train through HF Trainer): read as --from-hf-trainer
+        # reads optim, with what the JSON's optimizer section or an offloaded optimizer puts in its place.
+        imported = replace(imported, optimizer=_hf_optimizer(path, data, imported.ds_config, imported.notes,
+                                                             tool=tool, key=OPTIMIZER_KEYS[tool]))  # fmt: skip
     for key, why in NOT_MODELLED[tool].items():
         value = data.get(key)
         if value not in (None, False, "", *MODELLED_VALUES.get(key, ())):
@@ -490,24 +492,33 @@ def _hf_trainer(path: str | Path, data: dict[str, Any]) -> ImportedConfig:
                           training=_hf_training(path, data, notes), optimizer=optimizer, ddp=ddp)  # fmt: skip
 
 
-def _hf_optimizer(path: str | Path, data: dict[str, Any], ds: dict[str, Any], notes: list[str]) -> str | None:
+OPTIMIZER_KEYS = {"axolotl": "optimizer", "llamafactory": "optim"}
+"""The YAML key of the trainer's optimizer (a TrainingArguments optim name) in the tools that train through HF
+Trainer."""
+
+
+def _hf_optimizer(path: str | Path, data: dict[str, Any], ds: dict[str, Any], notes: list[str], *,
+                  tool: str = "hf_trainer", key: str = "optim") -> str | None:
     """Returns the optim value whose states the run keeps: None where DeepSpeed's optimizer runs instead (the
     JSON's optimizer section, or CPU Adam for an offloaded optimizer). Raises InputError for a value
-    TrainingArguments does not know, or one that keeps more than AdamW."""
-    tool = "hf_trainer"
+    TrainingArguments does not know (--from-hf-trainer; a tool's own optimizer name is noted as not modelled),
+    or one that keeps more than AdamW."""
     hf = hf_catalog()["hf_trainer"]
     known = sorted({*hf["optimizers"], *hf.get("legacy", {}).get("optimizers", ()), *ADAMW_OPTIMIZERS})
-    optim = data.get("optim", HF_DEFAULTS["optim"])
+    optim = data.get(key, HF_DEFAULTS["optim"])
     if optim is None:
         optim = HF_DEFAULTS["optim"]
+    if optim not in known and tool != "hf_trainer":  # an Axolotl-only optimizer (optimi_adamw, muon, ...)
+        notes.append(f"{key}: {optim}: not modelled: the estimate assumes AdamW with fp32 states")
+        return None
     if optim not in known:
         near = closest(str(optim), known)
         hint = f"did you mean {', '.join(near)}? " if near else ""
-        raise InputError(f"{_where(tool, path, 'optim')} {optim!r} is not a TrainingArguments optimizer ({hint}the "
+        raise InputError(f"{_where(tool, path, key)} {optim!r} is not a TrainingArguments optimizer ({hint}the "
                          f"modelled ones: {', '.join(ADAMW_OPTIMIZERS)})")  # fmt: skip
     if isinstance(ds.get("optimizer"), dict):
         if optim != HF_DEFAULTS["optim"]:
-            notes.append(f"optim {optim} is not used: the DeepSpeed JSON's optimizer section "
+            notes.append(f"{key} {optim} is not used: the DeepSpeed JSON's optimizer section "
                          f"({ds['optimizer'].get('type', 'auto')}) is (transformers integrations/deepspeed.py, "
                          f"deepspeed_optim_sched)")  # fmt: skip
         return None
@@ -517,15 +528,15 @@ def _hf_optimizer(path: str | Path, data: dict[str, Any], ds: dict[str, Any], no
         if optim in ADAMW_OPTIMIZERS:
             return optim
         if optim in CPU_OPTIMIZERS:
-            notes.append(f"optim {optim} runs as DeepSpeed's {CPU_OPTIMIZERS[optim]} with the optimizer offloaded "
+            notes.append(f"{key} {optim} runs as DeepSpeed's {CPU_OPTIMIZERS[optim]} with the optimizer offloaded "
                          f"(Accelerate's map_pytorch_optim_to_deepspeed)")  # fmt: skip
             return optim
-        notes.append(f"optim {optim} is not used: with the optimizer offloaded, Accelerate hands DeepSpeed its CPU "
+        notes.append(f"{key} {optim} is not used: with the optimizer offloaded, Accelerate hands DeepSpeed its CPU "
                      f"Adam instead (two fp32 moments, as estimated; accelerate utils/deepspeed.py, "
                      f"map_pytorch_optim_to_deepspeed; zero_force_ds_cpu_optimizer false keeps {optim})")  # fmt: skip
         return None
     if optim in LARGER_OPTIMIZERS:
-        raise InputError(f"{_where(tool, path, 'optim')} {optim!r}: {LARGER_OPTIMIZERS[optim]}, more than the AdamW "
+        raise InputError(f"{_where(tool, path, key)} {optim!r}: {LARGER_OPTIMIZERS[optim]}, more than the AdamW "
                          f"the estimate counts, and is not modelled; the modelled ones: {', '.join(ADAMW_OPTIMIZERS)}")  # fmt: skip
     return optim
 
