@@ -186,7 +186,8 @@ def advice(
                                  f"{known_failure(method, broken[0]).removeprefix('does not run: ')}")  # fmt: skip
         if fitting:
             lines += fitting
-            lines.append("--method auto plans both and takes the faster that fits")
+            lines.append("--method auto plans " + ("both and takes the faster that fits" if len(fitting) > 1 else
+                                                   "full fine-tuning first and this where it does not fit"))  # fmt: skip
         else:
             lines.append("--method lora / qlora: no strategy fits at micro-batch 1 either")
     return lines
