@@ -182,46 +182,50 @@ def cls_loss(model, batch) -> float:
         return float(model(input_ids=ids, attention_mask=mask, labels=labels).loss)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("strategy, method", [("2", "lora"), ("3", "lora"), ("2", "full")])
-def test_seq_cls_learns(tmp_path, strategy, method):
-    """Three topics. ZeRO-3 + LoRA also covers peft's copy of the classification head (modules_to_save)."""
-    from peft import PeftModel
-    from safetensors.torch import load_file
-    from transformers import AutoModelForSequenceClassification
+class TestSeqCls:
+    """Sequence classification, its own unit of work for pytest-xdist (--dist loadscope): these three launches
+    share nothing with the LoRA run above (lora_run), so the other worker can take them (tests/conftest.py)."""
 
-    from zero_planner.run.data import pad_token_id_for
-    from zero_planner.run.tokenizer import ByteTokenizer
+    @pytest.mark.slow
+    @pytest.mark.parametrize("strategy, method", [("2", "lora"), ("3", "lora"), ("2", "full")])
+    def test_seq_cls_learns(self, tmp_path, strategy, method):
+        """Three topics. ZeRO-3 + LoRA also covers peft's copy of the classification head (modules_to_save)."""
+        from peft import PeftModel
+        from safetensors.torch import load_file
+        from transformers import AutoModelForSequenceClassification
 
-    plan_path = write_plan(tmp_path / "plan.json", strategy, method=method, lora=LORA, task="seq-cls", num_labels=3,
-                           micro_batch_size=8, max_steps=20, save_every=10, output_dir=str(tmp_path / "run"),
-                           learning_rate=5e-3 if method == "lora" else 3e-3)  # fmt: skip
-    assert main([str(plan_path)]) == 0
-    out = tmp_path / "run"
-    losses = report_of(out)["losses"]
-    chance = math.log(3)
-    assert losses[0] == pytest.approx(chance, abs=0.3)
-    assert sum(losses[-5:]) / 5 < chance - 0.4
+        from zero_planner.run.data import pad_token_id_for
+        from zero_planner.run.tokenizer import ByteTokenizer
 
-    plan = load_plan(plan_path)
-    cfg = plan.model.config
-    pad = pad_token_id_for(ByteTokenizer(cfg["vocab_size"], cfg["eos_token_id"]))
-    assert pad == cfg["eos_token_id"]  # the byte tokenizer never emits eos, so it pads
-    if method == "full":
-        model = AutoModelForSequenceClassification.from_pretrained(str(out / "final")).eval()
-        assert model.config.num_labels == 3 and model.config.pad_token_id == pad
-    else:
-        adapter = load_file(str(out / "final-adapter" / "adapter_model.safetensors"))
-        assert "base_model.model.score.weight" in adapter  # the trained head travels with the adapter
-        # A stage-2 base: ZeRO-3's random init draws in another order, so only its shapes can be rebuilt here.
-        base_plan = plan.model_copy(deep=True)
-        base_plan.deepspeed_config["zero_optimization"] = {"stage": 2}
-        base = initial_model(base_plan, method="full", pad_token_id=pad)
-        model = PeftModel.from_pretrained(base, str(out / "final-adapter")).eval()
-        assert (out / "final").exists() is (strategy == "2")  # merged only where it is free
-        if strategy == "3":
-            return
-    assert cls_loss(model, cls_batch(plan)) < chance - 0.4  # held-out examples: it learned the topics
+        plan_path = write_plan(tmp_path / "plan.json", strategy, method=method, lora=LORA, task="seq-cls", num_labels=3,
+                               micro_batch_size=8, max_steps=20, save_every=10, output_dir=str(tmp_path / "run"),
+                               learning_rate=5e-3 if method == "lora" else 3e-3)  # fmt: skip
+        assert main([str(plan_path)]) == 0
+        out = tmp_path / "run"
+        losses = report_of(out)["losses"]
+        chance = math.log(3)
+        assert losses[0] == pytest.approx(chance, abs=0.3)
+        assert sum(losses[-5:]) / 5 < chance - 0.4
+
+        plan = load_plan(plan_path)
+        cfg = plan.model.config
+        pad = pad_token_id_for(ByteTokenizer(cfg["vocab_size"], cfg["eos_token_id"]))
+        assert pad == cfg["eos_token_id"]  # the byte tokenizer never emits eos, so it pads
+        if method == "full":
+            model = AutoModelForSequenceClassification.from_pretrained(str(out / "final")).eval()
+            assert model.config.num_labels == 3 and model.config.pad_token_id == pad
+        else:
+            adapter = load_file(str(out / "final-adapter" / "adapter_model.safetensors"))
+            assert "base_model.model.score.weight" in adapter  # the trained head travels with the adapter
+            # A stage-2 base: ZeRO-3's random init draws in another order, so only its shapes can be rebuilt here.
+            base_plan = plan.model_copy(deep=True)
+            base_plan.deepspeed_config["zero_optimization"] = {"stage": 2}
+            base = initial_model(base_plan, method="full", pad_token_id=pad)
+            model = PeftModel.from_pretrained(base, str(out / "final-adapter")).eval()
+            assert (out / "final").exists() is (strategy == "2")  # merged only where it is free
+            if strategy == "3":
+                return
+        assert cls_loss(model, cls_batch(plan)) < chance - 0.4  # held-out examples: it learned the topics
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])

@@ -136,6 +136,29 @@ def test_lr_schedules(name, warmup, expected):
     assert seen == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.parametrize("name", ["constant", "linear", "cosine"])
+@pytest.mark.parametrize("warmup_steps, total_steps", [(0, 7), (3, 10), (5, 5)])
+def test_lr_schedules_are_transformers_own_curves(name, warmup_steps, total_steps):
+    """The curves HF Trainer follows with the same settings (transformers.get_scheduler), step by step and past the
+    end, and a scheduler state saved by either resumes in the other."""
+    import torch
+    from transformers import get_scheduler
+
+    from zero_planner.run.train import SCHEDULER_NAMES, lr_scheduler_factory
+
+    ours_opt, theirs_opt = (torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0) for _ in range(2))
+    ours = lr_scheduler_factory(name, warmup_steps, total_steps)(ours_opt)
+    theirs = get_scheduler(SCHEDULER_NAMES[name], theirs_opt, num_warmup_steps=warmup_steps,
+                           num_training_steps=total_steps)  # fmt: skip
+    for _ in range(total_steps + 2):
+        assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), abs=1e-12)
+        ours_opt.step(), theirs_opt.step()
+        ours.step(), theirs.step()
+    ours.load_state_dict(theirs.state_dict())
+    theirs.load_state_dict(ours.state_dict())
+    assert ours.last_epoch == theirs.last_epoch == total_steps + 2
+
+
 def test_a_longer_resumed_run_follows_its_own_schedule():
     import torch
 
