@@ -302,27 +302,20 @@ OUTSIDE_THE_CATALOG = {
 }
 
 
-@pytest.mark.parametrize("family", sorted(OUTSIDE_THE_CATALOG))
-def test_a_bf16_plan_of_a_config_outside_the_catalog_imports_no_torch(tmp_path, family):
+LORA_CLOSED_FORM = ("llama", "mixtral", "olmo2", "gpt_neox", "qwen3_moe", "olmoe")
+
+
+@pytest.mark.parametrize("family, method", [*((f, "full") for f in sorted(OUTSIDE_THE_CATALOG)),
+                                            *((f, "lora") for f in LORA_CLOSED_FORM)])  # fmt: skip
+def test_a_bf16_plan_of_a_config_outside_the_catalog_imports_no_torch_or_peft(tmp_path, family, method):
+    """Full fine-tuning's SDPA entry and LoRA's entry come from models/analytic.py (sdpa_16bit_activations,
+    lora_16bit_activations), not from a trace on the meta device."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(OUTSIDE_THE_CATALOG[family]))
     code = (
         "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
         "from zero_planner.cli import main\n"
-        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--json'])"
-    )
-    assert heavy_modules_after(code) == []
-
-
-@pytest.mark.parametrize("family", ["llama", "mixtral", "olmo2", "gpt_neox", "qwen3_moe", "olmoe"])
-def test_a_lora_plan_of_a_config_outside_the_catalog_imports_no_torch_or_peft(tmp_path, family):
-    """The LoRA entry comes from models/analytic.py (lora_16bit_activations), not from peft on the meta device."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(OUTSIDE_THE_CATALOG[family]))
-    code = (
-        "import os; os.environ['ZERO_PLANNER_CACHE_DIR'] = " + repr(str(tmp_path / "cache")) + "\n"
-        "from zero_planner.cli import main\n"
-        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--method', 'lora', '--json'])"
+        f"main(['--model', {str(path)!r}, '--gpus', '1xA100-80GB', '--method', {method!r}, '--json'])"
     )
     assert heavy_modules_after(code) == []
 
