@@ -501,6 +501,11 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
         f"trainer = SFTTrainer(model={plan.model.name!r}, args=config, {datasets}"
         + (", peft_config=peft_config)" if lora is not None else ")"),
         "trainer.train()",
+        # Leave the process group before exit: a rank whose gloo threads are still up at interpreter teardown
+        # aborted ("terminate called without an active exception", exit 250) after training had finished.
+        "import torch.distributed as dist",
+        "if dist.is_initialized():",
+        "    dist.destroy_process_group()",
     ]
     return "\n".join(lines) + "\n"
 
