@@ -26,6 +26,7 @@ from zero_planner.plan.fit import (
     host_binding_phase,
     host_limit_bytes,
 )
+from zero_planner.plan import measured
 from zero_planner.plan.saves import save_summary
 from zero_planner.plan.search import SPEED_TIE
 from zero_planner.planfile import Plan
@@ -36,7 +37,7 @@ DEFAULT_PIPE_WIDTH = 100
 """Columns when stdout is not a terminal and COLUMNS is not set (a pipe, a file, a CI log)."""
 WIDE_MIN_WIDTH = 200
 """--wide asks for every column: at least this many, whatever the terminal, so that the table is not squeezed."""
-METHOD_WORDS = {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA", "auto": "any method"}
+METHOD_WORDS = {**measured.METHOD_WORDS, "auto": "any method"}
 STAGE_WORDS = {
     0: "nothing sharded (plain data parallel)",
     1: "optimizer states sharded",
