@@ -515,3 +515,23 @@ def test_training_warning_filters_are_narrow():
         assert [r.getMessage() for r in records] == ["Some other bitsandbytes warning"]
     finally:
         logger.filters[:] = filters
+
+
+def test_a_rank_probes_the_cpu_once_however_many_ops_deepspeed_loads(monkeypatch):
+    """train.remember_cpu_info: py-cpuinfo probes the CPU in a subprocess on every get_cpu_info() call, and
+    DeepSpeed's op builders call it twice per op; on a rank the first answer serves every later call, unchanged."""
+    import cpuinfo
+
+    probes = []
+
+    def probe():
+        probes.append(1)
+        return {"arch": "X86_64", "flags": ["avx2"], "probe": len(probes)}
+
+    monkeypatch.setattr(cpuinfo, "get_cpu_info", probe)
+    train.remember_cpu_info()
+    train.remember_cpu_info()  # a second call keeps the one cache
+    from cpuinfo import get_cpu_info  # as OpBuilder.cpu_arch and simd_width import it, at each call
+
+    answers = [get_cpu_info() for _ in range(4)]
+    assert probes == [1] and answers == [{"arch": "X86_64", "flags": ["avx2"], "probe": 1}] * 4

@@ -30,6 +30,7 @@ Exit status: 0 done; 2 bad input; 3 out of memory; 128+signal when stopped by SI
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from zero_planner.quiet import quiet_training_run
 
     quiet_training_run()  # before torch, deepspeed and bitsandbytes are imported
+    remember_cpu_info()  # before DeepSpeed loads its ops
     args = build_parser().parse_args(argv)
     try:
         plan = load_plan(args.plan)
@@ -93,6 +95,21 @@ def main(argv: list[str] | None = None) -> int:
         if int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))) == 0:
             print(f"zero-run: error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
+
+
+def remember_cpu_info() -> None:
+    """Makes py-cpuinfo's get_cpu_info() answer from its first result in this process.
+
+    Each call probes the CPU in a fresh Python subprocess (1.0-1.3 s here), and DeepSpeed's op builders call it
+    twice for every op they load (OpBuilder.cpu_arch and simd_width, to name the op's compiler flags): four
+    probes per CPU rank (the shared-memory collectives and FusedAdam), more with CPU Adam. The CPU a process
+    runs on does not change, so the first answer stands for the rest; the result is the library's own."""
+    try:
+        import cpuinfo
+    except ImportError:  # DeepSpeed falls back to lscpu
+        return
+    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
+        cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)
 
 
 def _exit_cleanly(code: int) -> None:
