@@ -396,7 +396,8 @@ VALIDATION_JSON = ROOT / "benchmarks" / "step_time_validation.json"
 """The committed output of the full validation (validate over every run alone on its host, with the committed
 constants), written by `python benchmarks/throughput_fit.py --write` or `--write-errors` (4-5 minutes on a 2-core
 machine): the tests and CI read it instead of refitting, and fail when its inputs changed since (inputs_sha256)."""
-VALIDATION_INPUTS = ("benchmarks/results/*.jsonl", "benchmarks/throughput_fit.py", "benchmarks/throughput_check.py",
+VALIDATION_INPUTS = ("benchmarks/results/*.jsonl", "benchmarks/throughput_fit.py", "benchmarks/refit_step_time.py",
+                     "benchmarks/throughput_check.py",
                      "zero_planner/plan/throughput.py", "zero_planner/catalog/gpus.json")
 """What the validation is a function of, beside catalog/step_time.json's constants (its stated errors are the
 validation's output, so they are left out of the hash). The rest of the planner (model specs, the memory model, which

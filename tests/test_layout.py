@@ -69,6 +69,25 @@ def _imported_names(node: ast.Import | ast.ImportFrom, importer: str, is_package
     return [f"{base}.{alias.name}" for alias in node.names]
 
 
+def _main_guard(node: ast.AST) -> bool:
+    """True for `if __name__ == "__main__":`, whose body runs only when the file is the program, never on import."""
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__" and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                                                   for c in test.comparators))  # fmt: skip
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Returns the module's import statements at any depth but inside its `__main__` guard (a script's command)."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        todo.extend(child for child in ast.iter_child_nodes(node) if not _main_guard(child))
+    return found
+
+
 def import_edges(package_dir: Path) -> list[Edge]:
     """Returns every import of one of the package's modules by another, first statement per pair, sorted."""
     modules = module_files(package_dir)
@@ -76,9 +95,7 @@ def import_edges(package_dir: Path) -> list[Edge]:
     first: dict[tuple[str, str], Edge] = {}
     for importer, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
             for name in _imported_names(node, importer, is_package):
                 while name not in modules and "." in name:  # a name defined in a module: the module
                     name = name.rsplit(".", 1)[0]
@@ -173,6 +190,14 @@ def test_no_import_cycles(edges):
     assert not groups, "import cycles (a file that holds two jobs):\n" + cycle_report(edges, groups)
 
 
+def test_no_import_cycles_among_the_benchmarks():
+    """benchmarks/ is a package too (its scripts import each other as benchmarks.X): the same rule holds there."""
+    edges = import_edges(PACKAGE_DIR.parent / "benchmarks")
+    assert ("benchmarks.refit_step_time", "benchmarks.throughput_check") in {(e.importer, e.imported) for e in edges}
+    groups = import_cycles(edges)
+    assert not groups, "import cycles among benchmarks/:\n" + cycle_report(edges, groups)
+
+
 def test_imports_point_down_the_layers(edges):
     up = upward_imports(edges)
     assert not up, (f"imports that point up {' < '.join(LAYERS)} (move the shared part below both):\n"
@@ -233,6 +258,17 @@ def test_checker_finds_a_cycle_and_names_its_imports(tmp_path):
     report = cycle_report(edges, groups)
     assert "pkg.plan.memory -> pkg.plan.search (pkg/plan/memory.py:2)" in report
     assert "pkg.plan.search -> pkg.plan.memory (pkg/plan/search.py:1)" in report
+
+
+def test_a_scripts_main_guard_is_not_an_import_of_the_module(tmp_path):
+    """A command whose code lives above its module (`if __name__ == "__main__": from pkg.cli import main`) is no
+    cycle; the same import in the module's body, or under any other `if`, is one."""
+    guard = 'import sys\n\nif __name__ == "__main__":\n    from pkg.run.train import f\n'
+    files = {**CLEAN, "plan/memory.py": guard}
+    assert import_cycles(import_edges(write_package(tmp_path / "a", files))) == []
+    other = guard.replace('__name__ == "__main__"', "sys.argv")
+    files = {**CLEAN, "plan/memory.py": other}
+    assert import_cycles(import_edges(write_package(tmp_path / "b", files))) == [["pkg.plan.memory", "pkg.plan.search", "pkg.run.train"]]
 
 
 def test_checker_finds_an_upward_import(tmp_path):
