@@ -38,6 +38,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, writers: Writers | None = None) -> int:
+    """Runs the rank's part of the plan; returns the exit status. `writers`: what the run writes besides
+    run_report.json (WRITES; zero-run --probe's ranks pass NO_WRITES)."""
     from zero_planner.quiet import quiet_training_run
 
     quiet_training_run()  # before torch, deepspeed and bitsandbytes are imported
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             output_dir=Path(args.output_dir or plan.training.output_dir),
             max_steps=args.max_steps if args.max_steps is not None else plan.training.max_steps,
             resume=args.resume,
+            writers=writers or WRITES,
         )
     except InputError as error:
         # Once per node: across nodes each node's zero-run shows its own output.
@@ -240,19 +244,22 @@ class Ranks:
         return out[0]
 
 
-def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False) -> int:
+def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False,
+          writers: Writers | None = None) -> int:
     """Trains the planned model to `max_steps` optimizer steps; returns the exit status.
 
     The steps below, in order: start the ranks (_start_ranks), adapt the DeepSpeed JSON to this output folder
     (_run_ds_config), read weights, tokenizer and data, rank 0 first (_load_inputs), build the engine and resume
     (_build_engine, _resume), train with evaluation and checkpoints (_train_loop), export the final model
     (_export_final), and report (_report). Out of GPU memory anywhere, the rank records it and leaves (EXIT_OOM).
+    Checkpoints and the final model are written through `writers` (WRITES when None; the probe's NO_WRITES).
     """
     import torch
 
     from zero_planner.plan.throughput import warmup_steps as timing_warmup_steps  # not the LR warm-up below
 
     t = plan.training
+    writers = writers or WRITES
     _refuse_unavailable_method(plan)
     stop = StopRequest()
     stop.install()
@@ -292,7 +299,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
     console.print(_start_line(plan, inputs, ds_config, output_dir, attn=attn, world=ranks.world_size, stage=stage,
                               trainable=trainable, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
                               start_step=start_step, max_steps=max_steps))  # fmt: skip
-    state = LoopState(step=start_step, losses=losses, eval_losses=evals, resumed_from_step=start_step)
+    state = LoopState(step=start_step, losses=losses, eval_losses=evals, resumed_from_step=start_step,
+                      writers=writers)
     warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
     try:
         _train_loop(engine, plan, ranks, meter, console, stop, state, inputs=inputs, order=order, ckpt_dir=ckpt_dir,
@@ -303,7 +311,8 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False)
         ):
             state.phase = "export"
             meter.enter("export")
-            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft, step=state.step)
+            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft, step=state.step,
+                          writers=writers)
     except torch.OutOfMemoryError as error:
         _leave_out_of_memory(plan, output_dir, rank=ranks.rank, phase=state.phase, step=state.step + 1, error=error)
     except Exception as error:  # noqa: BLE001 - a fault (disk, folder, lost peer) becomes one line; others re-raise
@@ -505,6 +514,19 @@ def _start_line(plan: Plan, inputs: RunInputs, ds_config: dict[str, Any], output
     )
 
 
+@dataclass(frozen=True)
+class Writers:
+    """What a run writes besides run_report.json, and where: its checkpoints (save) and the final model's folders
+    (export, export_adapter, export_merged). WRITES is the run's own; zero-run --probe's ranks
+    (zero_planner/probe.py) run with NO_WRITES, which keeps nothing: every rank skips the same writes and the
+    collectives inside them, so none waits on another."""
+
+    save: Callable[..., None]
+    export: Callable[..., None]
+    export_adapter: Callable[..., None]
+    export_merged: Callable[..., None]
+
+
 @dataclass
 class LoopState:
     """Where the training loop stands, in optimizer steps; read by the steps after it and, when a rank runs out of
@@ -525,6 +547,8 @@ class LoopState:
     """{"step", "loss"} of each evaluation (a resumed run's earlier ones restored from the checkpoint)."""
     resumed_from_step: int = 0
     """The checkpoint's step this run resumed from; 0 for a run from the start."""
+    writers: Writers | None = None
+    """What the run writes at its saves (None: WRITES); train() passes its own, the probe's NO_WRITES."""
     step_times: list[float] = field(default_factory=list)
     """Seconds of each optimizer step of this run (checkpoints and eval excluded)."""
     alloc_retry_steps: list[tuple[int, int]] = field(default_factory=list)
@@ -673,8 +697,9 @@ def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: Loop
     if saving:
         state.phase = "save"
         meter.enter("save")
-        _save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft, node_local=node_local,
-              resumed_from=resumed_from, eval_losses=state.eval_losses)
+        save = (state.writers or WRITES).save
+        save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft, node_local=node_local,
+             resumed_from=resumed_from, eval_losses=state.eval_losses)
         meter.enter("train")
         console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
 
@@ -705,17 +730,17 @@ def _export_missing(plan: Plan, ranks: Ranks, output_dir: Path, *, stage: int, p
 
 
 def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer, *, stage: int, peft: bool,
-                  step: int) -> None:  # fmt: skip
+                  step: int, writers: Writers) -> None:  # fmt: skip
     """Writes the final model: with adapters the peft adapter folder (final-adapter/) and, where the base can be
     merged (saves.exports_merged_model), the merged model (final/); otherwise the consolidated model (final/).
     Each folder is written beside its place, read back, marked with `step`, and renamed into place
     (checkpoint.finish_export)."""
     if peft:
-        _export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer, step=step)
+        writers.export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer, step=step)
         if saves.exports_merged_model(plan.training.method, stage):
-            _export_merged(engine, output_dir / "final", ranks, tokenizer, step=step)
+            writers.export_merged(engine, output_dir / "final", ranks, tokenizer, step=step)
     else:
-        _export(engine, output_dir / "final", ranks, tokenizer, stage, step=step)
+        writers.export(engine, output_dir / "final", ranks, tokenizer, stage, step=step)
 
 
 def _leave_on_fault(plan: Plan, output_dir: Path, ranks: Ranks, state, error: BaseException) -> None:
@@ -1390,3 +1415,11 @@ def _progress(console, rank: int, *, total: int, completed: int):
         auto_refresh=False,
     )
 
+
+def _write_nothing(*args, **kwargs) -> None:
+    return None
+
+
+WRITES = Writers(save=_save, export=_export, export_adapter=_export_adapter, export_merged=_export_merged)
+NO_WRITES = Writers(save=_write_nothing, export=_write_nothing, export_adapter=_write_nothing,
+                    export_merged=_write_nothing)
