@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None, *, writers: Writers | None = None) -> in
             output_dir=Path(args.output_dir or plan.training.output_dir),
             max_steps=args.max_steps if args.max_steps is not None else plan.training.max_steps,
             resume=args.resume,
-            writers=writers or WRITES,
+            writers=writers,
         )
     except InputError as error:
         # Once per node: across nodes each node's zero-run shows its own output.
@@ -547,8 +547,8 @@ class LoopState:
     """{"step", "loss"} of each evaluation (a resumed run's earlier ones restored from the checkpoint)."""
     resumed_from_step: int = 0
     """The checkpoint's step this run resumed from; 0 for a run from the start."""
-    writers: Writers | None = None
-    """What the run writes at its saves (None: WRITES); train() passes its own, the probe's NO_WRITES."""
+    writers: Writers = field(default_factory=lambda: WRITES)
+    """What the run writes at its saves: WRITES, or the probe's NO_WRITES (train's `writers`)."""
     step_times: list[float] = field(default_factory=list)
     """Seconds of each optimizer step of this run (checkpoints and eval excluded)."""
     alloc_retry_steps: list[tuple[int, int]] = field(default_factory=list)
@@ -697,9 +697,8 @@ def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: Loop
     if saving:
         state.phase = "save"
         meter.enter("save")
-        save = (state.writers or WRITES).save
-        save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft, node_local=node_local,
-             resumed_from=resumed_from, eval_losses=state.eval_losses)
+        state.writers.save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft,
+                           node_local=node_local, resumed_from=resumed_from, eval_losses=state.eval_losses)
         meter.enter("train")
         console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
 
