@@ -77,3 +77,4 @@ for step in range(3):
     engine.step()
 if int(os.environ["RANK"]) == 0:
     print("FETCHED", counts["fetched"], "NOGATHER", counts["nogather"], flush=True)
+torch.distributed.destroy_process_group()  # a rank still in its gloo group at exit can abort (CPU_EXIT_NOTE)

@@ -152,6 +152,21 @@ def test_cpu_plans_at_zero3_set_up_deepspeeds_comm_before_the_model(tmp_path, st
     compile(script, "train_sft.py", "exec")
 
 
+@pytest.mark.parametrize("strategy, gpu, says", [("3", "cpu", True), ("2", "cpu", True), ("2", "H100", False)])
+def test_cpu_plans_say_to_leave_the_gloo_group_at_the_end(tmp_path, strategy, gpu, says):
+    """A rank still in its gloo group at interpreter exit aborted after training in CI (the HF Trainer launch at
+    stage 3, "terminate called without an active exception", exit 250): launch.sh says to destroy the group, command.sh
+    to call Accelerate's end_training (which does), train_sft.py does it itself."""
+    plan = make_plan(strategy, gpu=gpu)
+    for kind in ("hf-trainer", "accelerate", "trl"):
+        export.WRITERS[kind](plan, tmp_path / kind)
+    assert ("end with torch.distributed.destroy_process_group()" in (
+        tmp_path / "hf-trainer" / "launch.sh").read_text()) is says  # fmt: skip
+    assert ("end with accelerator.end_training()" in (tmp_path / "accelerate" / "command.sh").read_text()) is says
+    leaves = "trainer.train()\nimport torch.distributed as dist\nif dist.is_initialized():\n    dist.destroy_process_group"
+    assert leaves in (tmp_path / "trl" / "train_sft.py").read_text()
+
+
 def test_trl_export_of_a_classification_plan_says_sft_is_not_for_it(tmp_path):
     export.write_trl(make_plan("2", task="seq-cls", num_labels=3), tmp_path)
     assert "not mapped: training.task seq-cls (num_labels 3): SFTTrainer trains causal LMs" in (

@@ -94,6 +94,7 @@ def main():
               "optimizer_steps": model.global_steps, "lr": model.get_lr()[0], "batches": len(losses),
               "losses": losses}
     Path(os.environ["ZP_RESULT"] + f".rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    accelerator.end_training()  # command.sh: CPU processes leave the gloo group at the end (many scripts do anyway)
 
 
 if __name__ == "__main__":
@@ -105,6 +106,7 @@ import json, os
 from pathlib import Path
 
 from datasets import Dataset
+import torch.distributed
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 ''' + BLOCKS + '''
 
@@ -122,6 +124,7 @@ if args.process_index == 0:
         "world_size": args.world_size, "stage": engine.zero_optimization_stage(),
         "train_batch_size": engine.train_batch_size(), "global_step": trainer.state.global_step,
         "log_history": trainer.state.log_history}))
+torch.distributed.destroy_process_group()  # launch.sh: CPU processes, leave the gloo group at the end
 '''
 
 
@@ -200,7 +203,7 @@ class TestAccelerate:
         command = (export / "command.sh").read_text()
         assert "batch_size=2 per process" in command and "accumulates 2 micro-batches" in command
         assert "DummyOptim(model.parameters())" in command and "PartialState(cpu=True)" in command
-        assert "with accelerator.accumulate(model):" in command
+        assert "with accelerator.accumulate(model):" in command and "end with accelerator.end_training()" in command
         work = user_folder(tmp_path, ACCELERATE_SCRIPT)
         env = {**launch_env(tmp_path), "ZP_BATCH": "2", "ZP_RESULT": str(tmp_path / "result")}
 
@@ -261,7 +264,9 @@ class TestTrainer:
                          "--max-steps", "4", "--save-steps", "1", "--save-total-limit", "2", "--eval-split", "0.2",
                          "--eval-steps", "2", export="hf-trainer")  # fmt: skip
         export = tmp_path / "plan.hf-trainer"
-        assert "deepspeed.init_distributed() before building the model" in (export / "launch.sh").read_text()
+        launch = (export / "launch.sh").read_text()
+        assert "deepspeed.init_distributed() before building the model" in launch
+        assert "end with torch.distributed.destroy_process_group()" in launch  # what CI's one abort at exit lacked
         # launch.sh's flags are training_args.json's values: what trains here trains from the JSON too
         from transformers import HfArgumentParser, TrainingArguments
 

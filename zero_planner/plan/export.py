@@ -110,6 +110,12 @@ CPU_ZERO3_NOTE = ("CPU processes at ZeRO-3: call deepspeed.init_distributed() be
                   "counts the ranks through DeepSpeed's own comm, which the ranks' torch gloo group leaves unset)")
 """What a script must add for a cpu:N plan at stage 3 (launch.sh, command.sh; train_sft.py does it itself)."""
 
+CPU_EXIT_NOTE = ("CPU processes: end with {call}, as torch's docs ask (a rank still in its gloo group at interpreter "
+                 "exit can abort after training: \"terminate called without an active exception\", exit 250)")
+"""What a script must add for a cpu:N plan, at its end (launch.sh, command.sh; train_sft.py does it itself). Seen in
+fresh-clone CI on the HF Trainer and TRL launches (once in several runs each): gloo's worker threads are still joinable
+when the interpreter is torn down (pytorch/pytorch#190489). Accelerate's end_training() destroys the group."""
+
 
 def _cpu_zero3(plan: Plan) -> bool:
     """Returns True for a cpu:N plan at stage 3. Under HF Trainer (use_cpu) or Accelerate (PartialState(cpu=True))
@@ -161,6 +167,8 @@ def write_hf_trainer(plan: Plan, out_dir: str | Path, script: str = USER_SCRIPT)
                    f"({', '.join(plan.training.report_to)}).\n")  # fmt: skip
     if _cpu_zero3(plan):
         header += f"# {script}: {CPU_ZERO3_NOTE}.\n"
+    if plan.hardware.gpu == CPU_DEVICE:
+        header += f"# {script}: {CPU_EXIT_NOTE.format(call='torch.distributed.destroy_process_group()')}.\n"
     launch = _write(out / LAUNCH_FILE, header + line + "\n")
     launch.chmod(0o755)
     written.append(launch)
@@ -240,6 +248,9 @@ def accelerate_notes(plan: Plan) -> list[str]:
                      "each rank counts num_processes 1 and reads every batch (DeepSpeed still trains)")  # fmt: skip
     if _cpu_zero3(plan):
         notes.append(f"your_train.py: {CPU_ZERO3_NOTE}")
+    if plan.hardware.gpu == CPU_DEVICE:
+        call = "accelerator.end_training() (it destroys the process group)"
+        notes.append(f"your_train.py: {CPU_EXIT_NOTE.format(call=call)}")
     if "scheduler" in ds:
         notes.append("your_train.py: the JSON has a scheduler section: pass accelerate.utils.DummyScheduler(optimizer)")
     return notes
@@ -501,8 +512,7 @@ def trl_script(plan: Plan, ds_config_path: str = DS_CONFIG_FILE) -> str:
         f"trainer = SFTTrainer(model={plan.model.name!r}, args=config, {datasets}"
         + (", peft_config=peft_config)" if lora is not None else ")"),
         "trainer.train()",
-        # Leave the process group before exit: a rank whose gloo threads are still up at interpreter teardown
-        # aborted ("terminate called without an active exception", exit 250) after training had finished.
+        # Leave the process group before exit (CPU_EXIT_NOTE says why; harmless where the backend is NCCL).
         "import torch.distributed as dist",
         "if dist.is_initialized():",
         "    dist.destroy_process_group()",
