@@ -113,8 +113,9 @@ CPU_ZERO3_NOTE = ("CPU processes at ZeRO-3: call deepspeed.init_distributed() be
 CPU_EXIT_NOTE = ("CPU processes: end with {call}, as torch's docs ask (a rank still in its gloo group at interpreter "
                  "exit can abort after training: \"terminate called without an active exception\", exit 250)")
 """What a script must add for a cpu:N plan, at its end (launch.sh, command.sh; train_sft.py does it itself). Seen in
-fresh-clone CI on the HF Trainer and TRL launches (once in several runs each): gloo's worker threads are still joinable
-when the interpreter is torn down (pytorch/pytorch#190489). Accelerate's end_training() destroys the group."""
+fresh-clone CI: the TRL launch once in two runs (before train_sft.py left the group), the HF Trainer launch at stage 3
+once in five (2026-12-07); gloo's worker threads are still joinable when the interpreter is torn down
+(pytorch/pytorch#190489). Accelerate's end_training() destroys the group."""
 
 
 def _cpu_zero3(plan: Plan) -> bool:
