@@ -29,6 +29,7 @@ from benchmarks.cases import append_cases, case, expand_case, model_config  # no
 from zero_planner.hardware import parse_gpus, parse_size  # noqa: E402
 from zero_planner.models.spec import spec_from_config  # noqa: E402
 from zero_planner.plan.memory import ALLOC_CONF, CUDA_CONTEXT_BYTES, GiB  # noqa: E402
+from zero_planner.plan.request import PlanRequest  # noqa: E402
 from zero_planner.plan.search import plan  # noqa: E402
 
 # Ten architectures, two sequence lengths each: 128k (Llama), 152k (Qwen2.5, Qwen3) and 256k (Gemma 2)
@@ -51,7 +52,7 @@ def operating_cases(model: str, seq_len: int, *, gpu: str, capacity: int | None,
     if capacity is not None:
         cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, memory_bytes=capacity))
     spec = spec_from_config(model_config(model), model)
-    result = plan(spec, cluster, seq_len=seq_len)
+    result = plan(spec, cluster, PlanRequest(seq_len=seq_len))
     options = [result.chosen] if chosen_only and result.chosen else [o for o in result.options if o.fits]
     cases = []
     for option in options:
@@ -104,7 +105,7 @@ def capacity_use(settings=SETTINGS, *, gpu: str = "H100", host: int = 120 * 2**3
           f"{CAPACITY_USE_TARGET:.0%} where memory binds")  # fmt: skip
     for model, seq_len in settings:
         spec = spec_from_config(model_config(model), model)
-        result = plan(spec, cluster, seq_len=seq_len)
+        result = plan(spec, cluster, PlanRequest(seq_len=seq_len))
         chosen = result.chosen
         if chosen is None:
             print(f"  {model:16s} s{seq_len:<5d} nothing fits")
@@ -172,6 +173,7 @@ def user_config_cases(model: str, seq_len: int, *, gpu: str, host: int, gc: bool
     """Returns cases for DeepSpeed JSONs as users have them (benchmarks/user_configs), each at the largest
     micro-batch `--ds-config` says fits (no margin) and optionally one above."""
     from zero_planner.plan.search import MAX_MICRO_BATCH
+    from zero_planner.plan.request import PlanRequest
     from zero_planner.plan.userconfig import estimate_config
 
     cluster = parse_gpus(f"1x{gpu}", host)
@@ -181,13 +183,14 @@ def user_config_cases(model: str, seq_len: int, *, gpu: str, host: int, gc: bool
         if names and path.stem not in names:
             continue
         user = json.loads(path.read_text())
+        asked = PlanRequest(seq_len=seq_len, grad_ckpt=gc)
         fits = [mb for mb in range(1, MAX_MICRO_BATCH + 1)
-                if estimate_config(spec, cluster, user, seq_len=seq_len, grad_ckpt=gc, micro_batch=mb).option.fits]
+                if estimate_config(spec, cluster, user, asked.model_copy(update={"micro_batch": mb})).option.fits]
         if not fits:
             continue
         for role in roles:
             micro = max(fits) + (role == "next")
-            estimate = estimate_config(spec, cluster, user, seq_len=seq_len, grad_ckpt=gc, micro_batch=micro)
+            estimate = estimate_config(spec, cluster, user, asked.model_copy(update={"micro_batch": micro}))
             ds = dict(estimate.plan.deepspeed_config)
             ds.setdefault("optimizer", DEFAULT_OPTIMIZER)
             strategy = estimate.plan.strategy.name

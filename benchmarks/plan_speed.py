@@ -117,6 +117,7 @@ def in_process(gpus_specs: list[str]) -> list[tuple[float, str, str]]:
     from zero_planner.hardware import parse_gpus
     from zero_planner.models.catalog import list_catalog
     from zero_planner.models.spec import load_model_spec
+    from zero_planner.plan.request import PlanRequest
     from zero_planner.plan.search import plan
 
     times = []
@@ -125,7 +126,7 @@ def in_process(gpus_specs: list[str]) -> list[tuple[float, str, str]]:
         for gpus in gpus_specs:
             cluster = parse_gpus(gpus)
             start = time.perf_counter()
-            plan(spec, cluster, seq_len=min(2048, spec.max_position_embeddings))
+            plan(spec, cluster, PlanRequest(seq_len=min(2048, spec.max_position_embeddings)))
             times.append((time.perf_counter() - start, name, gpus))
     return times
 

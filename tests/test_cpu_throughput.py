@@ -10,6 +10,7 @@ from zero_planner.cli import main
 from zero_planner.hardware import parse_gpus
 from zero_planner.models.spec import load_model_spec
 from zero_planner.plan import search
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.throughput import models_throughput
 from zero_planner.planfile import Plan
 from zero_planner.run.report import build_run_report, next_choice, report_table
@@ -25,7 +26,7 @@ def test_cpu_is_not_modelled_gpus_are():
 
 def test_cpu_plan_carries_null_and_keeps_the_ranking():
     cluster = parse_gpus("cpu:2", "8GiB")
-    result = search.plan(load_model_spec(TINY), cluster, seq_len=128, global_batch=16)
+    result = search.plan(load_model_spec(TINY), cluster, PlanRequest(seq_len=128, global_batch=16))
     fitting = [o for o in result.options if o.fits]
     assert len(fitting) > 1
     # The choice is still the fastest by the model (computed, only not shown).

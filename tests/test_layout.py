@@ -302,3 +302,63 @@ def test_strategy_names_are_listed_once():
                 if len(names) >= 3:
                     written.append(f"{path.relative_to(PACKAGE_DIR)}:{node.lineno} {names}")
     assert written == []
+
+
+MAX_PARAMS, MAX_LINES = 10, 80
+"""Issue 60's targets: no function in zero_planner/ over 10 parameters (self and cls not counted) or 80 lines."""
+
+OVER_THE_LIMITS = {
+    "plan.command:build_launch": (16, 0), "plan.options:__init__": (15, 0),
+    "run.modeling:build_training_model": (15, 0), "run.train:_train_loop": (15, 0), "plan.assemble:_assemble": (14, 0),
+    "plan.saves:disk_need": (13, 0), "plan.memory:run_phase_peaks": (12, 0), "run.train:_start_line": (12, 0),
+    "run.train:_eval_and_save": (12, 0), "plan.memory:host_parts": (11, 0), "run.train:_report": (11, 0),
+    "run.train:_save": (11, 0),
+    "cli:build_parser": (0, 164), "plan.memory:model_states": (0, 130), "models.activations:_saved_bytes": (0, 119),
+    "cli:run": (0, 116), "models.analytic:lora_16bit_activations": (0, 115), "plan.advice:advice": (0, 108),
+    "launch:run": (0, 102), "plan.memory:activation_bytes": (0, 99), "plan.userconfig:estimate_config": (0, 99),
+    "plan.memory:estimate_memory": (0, 97), "run.train:train": (0, 85), "models.analytic:sdpa_16bit_activations": (0, 84),
+}
+"""The functions still over a limit, as (parameters, lines) where over it (0 where within): a ratchet. A function
+may shrink, and then its entry must shrink or go; none may grow, and no new one may join."""
+
+
+def function_sizes(package_dir: Path) -> dict[str, tuple[int, int]]:
+    """Returns {"module:function": (parameters, lines)} for every function and method of the package (a method's
+    self or cls not counted; *args and **kwargs count one each; decorators not counted as lines)."""
+    sizes = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        module = ".".join(path.relative_to(package_dir).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+                count = len(params) - (bool(a.args) and a.args[0].arg in ("self", "cls"))
+                size = (count, node.end_lineno - node.lineno + 1)
+                name = f"{module}:{node.name}"  # two of a name in one module (methods): the larger of each
+                sizes[name] = tuple(map(max, size, sizes.get(name, size)))
+    return sizes
+
+
+def over_the_limits(sizes: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    return {name: (p if p > MAX_PARAMS else 0, n if n > MAX_LINES else 0) for name, (p, n) in sizes.items()
+            if p > MAX_PARAMS or n > MAX_LINES}  # fmt: skip
+
+
+def test_no_function_grows_past_the_limits():
+    found = over_the_limits(function_sizes(PACKAGE_DIR))
+    grown = {name: (size, OVER_THE_LIMITS.get(name)) for name, size in found.items()
+             if name not in OVER_THE_LIMITS or any(now > was for now, was in zip(size, OVER_THE_LIMITS[name]))}
+    assert grown == {}, f"over {MAX_PARAMS} parameters or {MAX_LINES} lines (now, allowed): {grown}"
+    shrunk = {name: (found.get(name, (0, 0)), was) for name, was in OVER_THE_LIMITS.items() if found.get(name) != was}
+    assert shrunk == {}, f"smaller than OVER_THE_LIMITS says (now, listed); lower or drop the entry: {shrunk}"
+
+
+def test_the_size_ratchet_counts_parameters_and_lines(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    root = write_package(tmp_path / "s", {"m.py": (
+        "def wide(a, b, c, d, e, f, g, h, i, j, *k, **l):\n    pass\n\n"
+        "class C:\n    def narrow(self, a, b, c, d, e, f, g, h, i, j):\n        pass\n\n"
+        f"def tall():\n{body}\n")})  # fmt: skip
+    sizes = function_sizes(root)
+    assert sizes["m:wide"] == (12, 2) and sizes["m:narrow"] == (10, 2) and sizes["m:tall"] == (0, 81)
+    assert over_the_limits(sizes) == {"m:wide": (12, 0), "m:tall": (0, 81)}

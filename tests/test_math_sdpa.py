@@ -19,6 +19,7 @@ from zero_planner.models.spec import load_model_spec, spec_from_config
 from zero_planner.plan import throughput
 from zero_planner.plan.memory import (MATH_SDPA_BACKWARD_SCORE_BYTES, Workload, activation_bytes, estimate_memory,
                                       eval_peak, math_attention_backward_bytes)
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.search import plan
 from zero_planner.strategies import STRATEGIES
 
@@ -184,11 +185,11 @@ def test_the_plan_says_when_attention_runs_the_math_kernel():
     """zero-plan's notes name the cause where the math kernel runs (Falcon's one K/V head; fp32 with grouped-query
     attention), and say nothing for a model whose SDPA call the fused kernels take."""
     cluster = parse_gpus("1xH200", "256GiB")
-    falcon = plan(load_model_spec("tiiuae/falcon-7b"), cluster, seq_len=2048)
+    falcon = plan(load_model_spec("tiiuae/falcon-7b"), cluster, PlanRequest(seq_len=2048))
     assert falcon.chosen is not None
     assert any("SDPA's math kernel" in note and "1 key/value head(s) for 71 query heads" in note for note in falcon.notes)
     assert (falcon.chosen.strategy.name, falcon.chosen.micro_batch_size) == ("3", 5)  # what ran at 129.37 GiB
     llama = load_model_spec("meta-llama/Llama-3.2-1B")
-    assert not any("math kernel" in note for note in plan(llama, cluster, seq_len=2048).notes)
-    fp32 = plan(llama, cluster, seq_len=2048, precision="fp32")
+    assert not any("math kernel" in note for note in plan(llama, cluster, PlanRequest(seq_len=2048)).notes)
+    fp32 = plan(llama, cluster, PlanRequest(seq_len=2048, precision="fp32"))
     assert any("math kernel (fp32 with grouped-query attention" in note for note in fp32.notes)

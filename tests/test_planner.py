@@ -19,6 +19,7 @@ from zero_planner.plan.checks import resolve_precision
 from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes
 from zero_planner.plan.memory import MemoryEstimate, Workload, estimate_memory
 from zero_planner.plan.reference_configs import DS_CONFIGS_DIR
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.search import MAX_MICRO_BATCH, SPEED_TIE, batch_shape, largest_fitting, plan
 from zero_planner.plan.userconfig import estimate_config
 from zero_planner.planfile import Plan
@@ -79,7 +80,7 @@ def test_largest_fitting_is_the_largest_and_cheap(threshold, cap):
 
 def test_micro_batch_is_the_largest_under_the_margin(fake):
     cluster = t4s()
-    result = plan(GPT2, cluster, seq_len=1024, stage="2", grad_ckpt=False)
+    result = plan(GPT2, cluster, PlanRequest(seq_len=1024, stage="2", grad_ckpt=False))
     limit = gpu_limit_bytes(cluster.gpu.memory_bytes)
     (option,) = result.options
     # base 7 GiB + 1 GiB per sample under 14.06 GiB (14.75 less 3% and 256 MiB): 7 samples.
@@ -108,13 +109,13 @@ def test_margin_is_respected_and_documented_size():
 def test_margin_false_uses_full_capacity(fake):
     fake.base["2"] = 7.2
     cluster = t4s()
-    with_margin = plan(GPT2, cluster, seq_len=1024, stage="2", grad_ckpt=False)
-    without = plan(GPT2, cluster, seq_len=1024, stage="2", grad_ckpt=False, margin=False)
+    with_margin = plan(GPT2, cluster, PlanRequest(seq_len=1024, stage="2", grad_ckpt=False))
+    without = plan(GPT2, cluster, PlanRequest(seq_len=1024, stage="2", grad_ckpt=False, margin=False))
     assert without.chosen.micro_batch_size == 7 > with_margin.chosen.micro_batch_size  # 7.2 + 7 <= 14.75, > 14.06
 
 
 def test_checkpointing_lets_a_larger_micro_batch_fit(fake):
-    result = plan(GPT2, t4s(), seq_len=1024, stage="2")
+    result = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="2"))
     by_ckpt = {o.gradient_checkpointing: o for o in result.options}
     assert by_ckpt[True].micro_batch_size > by_ckpt[False].micro_batch_size
     assert by_ckpt[True].micro_batch_size == 28  # 7 + 28/4 = 14.0 <= 14.06 GiB
@@ -123,10 +124,10 @@ def test_checkpointing_lets_a_larger_micro_batch_fit(fake):
 def test_cap_and_given_micro_batch(fake):
     fake.base = dict.fromkeys(fake.base, 0)
     fake.per_sample = 0.01
-    result = plan(GPT2, t4s(), seq_len=1024, stage="0", grad_ckpt=False)
+    result = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="0", grad_ckpt=False))
     assert result.chosen.micro_batch_size == MAX_MICRO_BATCH
     assert "capped" in result.chosen.reason
-    given_ = plan(GPT2, t4s(), seq_len=1024, stage="0", grad_ckpt=False, micro_batch=3)
+    given_ = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="0", grad_ckpt=False, micro_batch=3))
     assert given_.chosen.micro_batch_size == 3
 
 
@@ -134,7 +135,7 @@ def test_cap_and_given_micro_batch(fake):
 
 
 def test_chooses_the_fastest_that_fits(fake):
-    result = plan(LLAMA3_8B, parse_gpus("8xA100-80GB", "1TiB"), seq_len=2048, global_batch=256)
+    result = plan(LLAMA3_8B, parse_gpus("8xA100-80GB", "1TiB"), PlanRequest(seq_len=2048, global_batch=256))
     assert result.fits
     feasible = [o for o in result.options if o.fits]
     assert len(result.options) == 14
@@ -145,13 +146,13 @@ def test_chooses_the_fastest_that_fits(fake):
 
 
 def test_stage_and_checkpointing_given_restrict_the_search(fake):
-    result = plan(GPT2, t4s(), seq_len=1024, stage="3-offload", grad_ckpt=True)
+    result = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="3-offload", grad_ckpt=True))
     assert [(o.strategy.name, o.gradient_checkpointing) for o in result.options] == [("3-offload", True)]
 
 
 def test_host_memory_rules_out_offload(fake):
     fake.host = {"2-offload": 100, "3-offload": 100, "3-offload-all": 120}
-    result = plan(GPT2, t4s(cpu_mem="64GiB"), seq_len=1024)
+    result = plan(GPT2, t4s(cpu_mem="64GiB"), PlanRequest(seq_len=1024))
     for option in result.options:
         if option.strategy.offload_optimizer != "none":
             assert not option.fits and "host: needs" in option.reason
@@ -189,7 +190,7 @@ def test_batch_shape_reaches_a_divisible_global_batch(max_micro, world, per_gpu)
 
 
 def test_global_batch_sets_accumulation(fake):
-    result = plan(GPT2, t4s(), seq_len=1024, stage="2", grad_ckpt=False, global_batch=48)
+    result = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="2", grad_ckpt=False, global_batch=48))
     t = result.plan.training
     assert t.micro_batch_size * t.gradient_accumulation_steps * 2 == 48
     assert result.plan.deepspeed_config["train_batch_size"] == 48
@@ -197,7 +198,7 @@ def test_global_batch_sets_accumulation(fake):
 
 
 def test_uneven_global_batch_is_said(fake):
-    result = plan(GPT2, t4s(), seq_len=1024, stage="2", grad_ckpt=False, global_batch=13)
+    result = plan(GPT2, t4s(), PlanRequest(seq_len=1024, stage="2", grad_ckpt=False, global_batch=13))
     assert any("instead of 13" in n for n in result.plan.notes)
 
 
@@ -206,7 +207,7 @@ def test_uneven_global_batch_is_said(fake):
 
 def test_nothing_fits_says_what_would_with_numbers(fake):
     fake.base = dict.fromkeys(fake.base, 20)  # 20 GiB whatever the strategy: nothing fits a T4
-    result = plan(LLAMA3_8B, t4s(), seq_len=2048)
+    result = plan(LLAMA3_8B, t4s(), PlanRequest(seq_len=2048))
     assert not result.fits and result.plan is None
     text = "\n".join(result.advice)
     assert re.search(r"smallest option: .* needs \d+\.\d GiB per GPU", text)
@@ -218,7 +219,7 @@ def test_nothing_fits_says_what_would_with_numbers(fake):
 def test_nothing_fits_suggests_host_memory_for_offload(fake):
     fake.base = {k: 30 for k in fake.base} | {"2-offload": 3}
     fake.host = {"2-offload": 150, "3-offload": 150, "3-offload-all": 170}
-    result = plan(GPT2, t4s(cpu_mem="29GiB"), seq_len=1024)
+    result = plan(GPT2, t4s(cpu_mem="29GiB"), PlanRequest(seq_len=1024))
     line = next(a for a in result.advice if a.startswith("more host memory"))
     assert "2-offload" in line and "--cpu-mem 158GiB" in line  # 150 / 0.95 rounded up
 
@@ -230,7 +231,7 @@ def test_nothing_fits_suggests_more_gpus(fake):
         return MemoryEstimate(0, 0, 0, 0, 0, 0, total, total, GIB, ())
 
     options.estimate_memory = sharded  # restored by the fixture's monkeypatch
-    result = plan(LLAMA3_8B, t4s(), seq_len=2048)
+    result = plan(LLAMA3_8B, t4s(), PlanRequest(seq_len=2048))
     line = next(a for a in result.advice if a.startswith("more GPUs"))
     assert "--gpus 4xT4" in line  # 40/4 + 1 = 11 GiB <= 14.06; 40/3 + 1 = 14.3 does not
 
@@ -257,7 +258,7 @@ def test_nothing_fits_suggests_more_gpus(fake):
 )
 def test_bad_input_is_an_input_error(fake, kw, message):
     with pytest.raises(InputError, match=re.escape(message)):
-        plan(LLAMA3_8B, t4s(), **kw)
+        plan(LLAMA3_8B, t4s(), PlanRequest(**kw))
 
 
 def test_precision_auto():
@@ -273,7 +274,8 @@ def test_precision_auto():
 
 def test_plan_file_fields(fake):
     cluster = parse_gpus("2x8xH100", "1TiB")
-    result = plan(LLAMA3_8B, cluster, seq_len=4096, model_name="meta-llama/Meta-Llama-3-8B", plan_path="p.json")
+    result = plan(LLAMA3_8B, cluster,
+                  PlanRequest(seq_len=4096, model_name="meta-llama/Meta-Llama-3-8B", plan_path="p.json"))
     p = Plan.model_validate(json.loads(json.dumps(result.plan.model_dump(mode="json"))))
     assert p.model.params == p.model.trainable_params == LLAMA3_8B.num_params
     assert p.model.init == "random" and p.model.config == LLAMA3_8B.config
@@ -297,7 +299,7 @@ def test_estimate_config_reads_the_file(fake):
     config["train_micro_batch_size_per_gpu"] = 2
     config["gradient_accumulation_steps"] = 4
     config["train_batch_size"] = 16
-    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, PlanRequest(seq_len=1024))
     workload = fake.calls[-1][1]
     assert fake.calls[-1][0] == "3-offload"
     assert (workload.micro_batch_size, workload.gradient_accumulation_steps, workload.precision) == (2, 4, "fp16")
@@ -309,7 +311,7 @@ def test_estimate_config_reads_the_file(fake):
 def test_estimate_config_judges_without_margin(fake):
     fake.base["2"] = 12.5  # 14.5 GiB with 2 samples: inside the margin, under the capacity
     config = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}, "fp16": {"enabled": True}}
-    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, PlanRequest(seq_len=1024))
     assert est.fits and 0 < est.gpu_headroom_bytes < GIB
     assert any("safety margin" in n for n in est.notes)
 
@@ -332,12 +334,12 @@ def test_estimate_config_judges_without_margin(fake):
 )
 def test_estimate_config_bad_files(fake, config, message):
     with pytest.raises(InputError, match=re.escape(message)):
-        estimate_config(GPT2, t4s(), config, seq_len=1024)
+        estimate_config(GPT2, t4s(), config, PlanRequest(seq_len=1024))
 
 
 def test_estimate_config_batch_mismatch_is_said_and_fixed(fake):
     config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 5}
-    est = estimate_config(GPT2, t4s(), config, seq_len=1024)
+    est = estimate_config(GPT2, t4s(), config, PlanRequest(seq_len=1024))
     assert any(
         "train_batch_size(5) != train_micro_batch_size_per_gpu(2) * gradient_accumulation_steps(1) * world_size(2)" in n
         for n in est.notes
@@ -354,7 +356,7 @@ def test_estimate_config_auto_values_become_concrete(fake):
         "fp16": {"enabled": "auto"},
         "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
     }
-    est = estimate_config(GPT2, t4s(), config, seq_len=1024, micro_batch=2)
+    est = estimate_config(GPT2, t4s(), config, PlanRequest(seq_len=1024, micro_batch=2))
     ds = est.plan.deepspeed_config
     assert (ds["train_micro_batch_size_per_gpu"], ds["train_batch_size"]) == (2, 4)
     assert ds["fp16"]["enabled"] is True and ds["bf16"]["enabled"] is False
@@ -397,7 +399,7 @@ def test_memory_grows_with_micro_batch_and_sequence(micro, seq, name, ckpt):
 
 
 def test_real_llama3_8b_on_two_t4s_plans_or_explains(real_memory):
-    result = plan(LLAMA3_8B, parse_gpus("2xT4"), seq_len=2048)
+    result = plan(LLAMA3_8B, parse_gpus("2xT4"), PlanRequest(seq_len=2048))
     if result.fits:
         assert result.chosen.memory.total_bytes <= gpu_limit_bytes(parse_gpus("2xT4").gpu.memory_bytes)
     else:
@@ -410,22 +412,22 @@ def test_advice_offers_only_what_deepspeed_runs_at_the_users_micro_batch(real_me
     # DeepSpeed 0.19 stops in the first step. The advice said "--method lora fits with stage 3-offload-all" and the
     # --method auto table beside it said "fails in DeepSpeed"; now it says LoRA fits only there and why not.
     cluster = parse_gpus("2xT4", "29GiB")
-    result = plan(LLAMA3_8B, cluster, seq_len=2048, grad_ckpt=True)
+    result = plan(LLAMA3_8B, cluster, PlanRequest(seq_len=2048, grad_ckpt=True))
     assert not result.fits
     lora = [line for line in result.advice if line.startswith("--method lora")]
     assert lora == [next(line for line in lora if "fits only with stage 3-offload-all, which does not run" in line)]
-    adapters = plan(LLAMA3_8B, cluster, seq_len=2048, grad_ckpt=True, method="lora")
+    adapters = plan(LLAMA3_8B, cluster, PlanRequest(seq_len=2048, grad_ckpt=True, method="lora"))
     broken = {o.strategy.name for o in adapters.options if options.known_failure("lora", o.strategy)}
     assert "3-offload-all" in broken and not adapters.fits
     # The user's --micro-batch 8: each way out is tried there first, and says where it needs a smaller one.
-    asked = plan(LLAMA3_8B, cluster, seq_len=2048, micro_batch=8)
+    asked = plan(LLAMA3_8B, cluster, PlanRequest(seq_len=2048, micro_batch=8))
     qlora = next(line for line in asked.advice if line.startswith("--method qlora"))
     assert "at micro-batch 1" in qlora and "not at --micro-batch 8" in qlora
 
 
 def test_real_plan_micro_batch_is_the_largest_fitting(real_memory):
     cluster = parse_gpus("8xA100-80GB", "1TiB")
-    result = plan(LLAMA3_8B, cluster, seq_len=2048)
+    result = plan(LLAMA3_8B, cluster, PlanRequest(seq_len=2048))
     assert result.fits
     limit = gpu_limit_bytes(cluster.gpu.memory_bytes)
     for option in result.options:
@@ -448,8 +450,8 @@ def test_a_speed_tie_goes_to_the_simpler_candidate():
     is 7%); the simplest runs, ZeRO-0, not whichever is 0.4% ahead. (Llama-3-8B was the example until DeepSpeed's
     per-gradient-tensor host time was counted: ZeRO-0 checks all 448 adapter tensors on each rank, ZeRO-1 and 2 half,
     which puts ZeRO-0 2% behind there.)"""
-    result = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("2xT4", 29 * GIB), seq_len=2048,
-                  method="qlora", grad_ckpt=True)  # fmt: skip
+    result = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("2xT4", 29 * GIB), PlanRequest(seq_len=2048,
+                  method="qlora", grad_ckpt=True))  # fmt: skip
     fitting = [o for o in result.options if o.fits]
     fastest = max(o.tokens_per_second for o in fitting)
     assert result.chosen.tokens_per_second >= fastest * (1 - SPEED_TIE)
@@ -460,10 +462,33 @@ def test_a_speed_tie_goes_to_the_simpler_candidate():
 def test_lora_with_parameter_offload_is_left_out_as_deepspeed_fails_it():
     """LoRA under ZeRO-3 parameter offload stops in DeepSpeed 0.19.8's first step (measured on two models, with
     and without checkpointing): the planner never offers it, and says why."""
-    result = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("1xT4", "120GiB"), seq_len=1024,
-                  method="lora")  # fmt: skip
+    result = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("1xT4", "120GiB"), PlanRequest(seq_len=1024,
+                  method="lora"))  # fmt: skip
     broken = [o for o in result.options if o.strategy.offload_param != "none"]
     assert broken and all(not o.fits and "Cannot partition a param in flight" in o.reason for o in broken)
     assert all("3-offload-all" not in line for line in result.advice)
-    full = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("1xT4", "120GiB"), seq_len=1024)
+    full = plan(load_model_spec("mistralai/Mistral-7B-v0.1"), parse_gpus("1xT4", "120GiB"), PlanRequest(seq_len=1024))
     assert all("DeepSpeed" not in o.reason for o in full.options)  # full fine-tuning offloads parameters fine
+
+
+def test_method_auto_counts_a_local_datasets_host_bytes():
+    # --method auto plans each method from the one request: before it did, the dataset's host bytes were dropped
+    # on that path while the CLI's note said they were counted.
+    cluster = parse_gpus("2xT4")
+    asked = PlanRequest(seq_len=2048, method="auto")
+    bare = plan(LLAMA3_8B, cluster, asked)
+    data = plan(LLAMA3_8B, cluster, asked.model_copy(update={"data_bytes": 2**30, "data_peak_bytes": 3 * 2**30}))
+    assert bare.fits and data.fits and data.plan.training.method == bare.plan.training.method == "qlora"
+    cpu, cpu_bare = data.plan.estimate.cpu, bare.plan.estimate.cpu
+    assert (cpu.data_bytes, cpu.data_peak_bytes) == (2**30, 3 * 2**30) and cpu_bare.data_bytes == 0
+    assert cpu.phases["train"] >= cpu_bare.phases["train"] + 2**30
+
+
+def test_a_request_refuses_an_unknown_field_and_a_wrong_type():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="seqlen"):
+        PlanRequest(seq_len=128, seqlen=256)  # a misspelt option is an error, not a default silently kept
+    with pytest.raises(ValidationError, match="micro_batch"):
+        PlanRequest(seq_len=128, micro_batch="4")
+    assert PlanRequest(seq_len=128).model_copy(update={"method": "lora"}).method == "lora"

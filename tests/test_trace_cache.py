@@ -16,6 +16,7 @@ from zero_planner.models.activations import activation_coefficients
 from zero_planner.models.analytic import lora_16bit_activations
 from zero_planner.models.count import count_params, param_table
 from zero_planner.models.spec import load_model_spec, spec_from_config
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.search import plan
 
 
@@ -84,7 +85,7 @@ def test_counts_equal_param_table(cache):
 def test_a_plan_traces_only_what_it_reads(cache, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA_TINY))
-    result = plan(load_model_spec(str(config)), parse_gpus("1xA100-80GB"), seq_len=128)
+    result = plan(load_model_spec(str(config)), parse_gpus("1xA100-80GB"), PlanRequest(seq_len=128))
     assert result.fits and result.precision == "bf16"
     activations = _cached(cache)["activations"]
     # the closed forms' entries (16-bit SDPA and LoRA, models/analytic.py) and nothing traced: no fp32, no eager
@@ -94,7 +95,7 @@ def test_a_plan_traces_only_what_it_reads(cache, tmp_path):
 
 def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
     spec = spec_from_config(GEMMA2_TINY, "gemma2-tiny")  # traced (a llama's LoRA entry is a closed form)
-    result = plan(spec, parse_gpus("1xA100-80GB"), seq_len=128, method="lora")
+    result = plan(spec, parse_gpus("1xA100-80GB"), PlanRequest(seq_len=128, method="lora"))
     assert result.fits and not any("closed-form" in note for note in result.plan.notes)
     activations = _cached(cache)["activations"]
     assert set(activations["lora"]) == {"16bit"} and "fp32" not in activations
@@ -104,7 +105,7 @@ def test_a_lora_plan_traces_the_lora_table_of_its_width_only(cache):
 def test_a_lora_plan_of_a_new_type_reads_the_closed_form(cache, config):
     """The cache holds the 16-bit SDPA and LoRA entries of models/analytic.py, equal to the trace; nothing else
     is traced."""
-    result = plan(spec_from_config(config, "tiny"), parse_gpus("1xA100-80GB"), seq_len=128, method="lora")
+    result = plan(spec_from_config(config, "tiny"), parse_gpus("1xA100-80GB"), PlanRequest(seq_len=128, method="lora"))
     assert result.fits
     acts = _cached(cache)["activations"]
     assert set(acts) == {"method", "16bit", "lora"}

@@ -287,6 +287,12 @@ def _lora_info(args: argparse.Namespace, spec):
     return lora_for_model(spec, lora, args.method, dropout_given=f"--lora-dropout {args.lora_dropout:g}" if given else None)
 
 
+def _with_lora(request, args: argparse.Namespace, spec):
+    """Returns `request` with the command line's LoRA settings (_lora_info) for the search or a --ds-config estimate
+    (the imported configs hold their own)."""
+    return request.model_copy(update={"lora": _lora_info(args, spec)})
+
+
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
@@ -301,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
     """Plans (or estimates --ds-config), prints the result and writes the files; returns the exit status."""
     from zero_planner.models.spec import load_model_spec
     from zero_planner.plan import search, userconfig
+    from zero_planner.plan.request import PlanRequest
     from zero_planner.run import probe
 
     if args.compare is not None:
@@ -335,6 +342,11 @@ def run(args: argparse.Namespace) -> int:
     (data_bytes, data_peak_bytes), data_note = _data_bytes(args, seq_len)
     if data_note:
         notes.append(data_note)
+    request = PlanRequest(seq_len=seq_len, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                          grad_ckpt=args.grad_ckpt, precision=args.precision, stage=args.stage, method=args.method,
+                          task=args.task, model_name=args.model, plan_path=plan_path, num_labels=args.num_labels,
+                          pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs, calibration=calibration,
+                          data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
 
     if imported is not None:
         from zero_planner.plan import importers
@@ -349,48 +361,11 @@ def run(args: argparse.Namespace) -> int:
                                       data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
-        estimate = userconfig.estimate_config(
-            spec,
-            cluster,
-            ds_config,
-            seq_len=seq_len,
-            grad_ckpt=bool(args.grad_ckpt),
-            micro_batch=args.micro_batch,
-            method=args.method,
-            task=args.task,
-            model_name=args.model,
-            plan_path=plan_path,
-            lora=_lora_info(args, spec),
-            num_labels=args.num_labels,
-            pretrained=pretrained,
-            keeps_outputs=args.loop_keeps_outputs,
-            calibration=calibration,
-            data_bytes=data_bytes,
-            data_peak_bytes=data_peak_bytes,
-        )
+        estimate = userconfig.estimate_config(spec, cluster, ds_config, _with_lora(request, args, spec))
         result_plan, fits = estimate.plan, estimate.fits
         estimate.plan.notes[:0] = notes
     else:
-        result = search.plan(
-            spec,
-            cluster,
-            seq_len=seq_len,
-            micro_batch=args.micro_batch,
-            global_batch=args.global_batch,
-            grad_ckpt=args.grad_ckpt,
-            precision=args.precision,
-            stage=args.stage,
-            method=args.method,
-            task=args.task,
-            model_name=args.model,
-            plan_path=plan_path,
-            lora=_lora_info(args, spec),
-            num_labels=args.num_labels,
-            pretrained=pretrained,
-            calibration=calibration,
-            data_bytes=data_bytes,
-            data_peak_bytes=data_peak_bytes,
-        )
+        result = search.plan(spec, cluster, _with_lora(request, args, spec))
         result.notes[:0] = notes
         if result.plan is not None:
             result.plan.notes[:0] = notes
@@ -455,6 +430,7 @@ def run_compare(args: argparse.Namespace) -> int:
     --price); returns 0 when some cluster fits, 1 when none does."""
     from zero_planner.models.spec import load_model_spec
     from zero_planner.plan import compare
+    from zero_planner.plan.request import PlanRequest
 
     given = [flag for flag, value in (("--gpus", args.gpus), ("--ds-config", args.ds_config),
                                       ("--from-axolotl", args.from_axolotl),
@@ -487,10 +463,11 @@ def run_compare(args: argparse.Namespace) -> int:
             if calibration is not None:
                 calibrations[label] = calibration
             notes += [note] if note else []
-    rows = compare.compare(spec, clusters, tokens=tokens, prices=prices, calibrations=calibrations, seq_len=seq_len,
-                           micro_batch=args.micro_batch, global_batch=args.global_batch, grad_ckpt=args.grad_ckpt,
-                           precision=args.precision, stage=args.stage, method=args.method, task=args.task,
-                           model_name=args.model, lora=_lora_info(args, spec), num_labels=args.num_labels)  # fmt: skip
+    request = PlanRequest(seq_len=seq_len, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                          grad_ckpt=args.grad_ckpt, precision=args.precision, stage=args.stage, method=args.method,
+                          task=args.task, model_name=args.model, lora=_lora_info(args, spec),
+                          num_labels=args.num_labels)  # fmt: skip
+    rows = compare.compare(spec, clusters, request, tokens=tokens, prices=prices, calibrations=calibrations)
     fits = any(row.fits for row in rows)
     if args.json:
         from zero_planner.plan.throughput import load_calibration

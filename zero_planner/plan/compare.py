@@ -3,7 +3,7 @@
     parse_clusters("1xH100,2xA100-80GB", cpu_mem) -> [(text, Cluster)]
     parse_tokens("2B") -> 2_000_000_000
     parse_prices("H100=2.5,A100-80GB=1.8") -> {"H100-SXM": 2.5, "A100-80GB": 1.8}   ($ per GPU-hour)
-    compare(spec, clusters, tokens=N, prices={...}, seq_len=..., ...) -> [ClusterRow], ranked
+    compare(spec, clusters, PlanRequest(seq_len=...), tokens=N, prices={...}) -> [ClusterRow], ranked
 
 Each cluster is planned as `zero-plan --gpus` would (search.plan, the same options); its chosen plan's
 tokens/s gives the time to train N tokens, and, with a price per GPU-hour for its GPU type, the cost. Ranked by
@@ -19,6 +19,7 @@ from typing import Any
 from zero_planner.errors import InputError
 from zero_planner.hardware import Cluster, find_gpu, parse_gpus
 from zero_planner.plan.options import PlanResult
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.search import plan
 from zero_planner.plan.throughput import Calibration
 
@@ -128,12 +129,13 @@ def _rank_key(row: ClusterRow) -> tuple:
     return (1 if row.fits else 2, 0.0, 0.0)
 
 
-def compare(spec, clusters: list[tuple[str, Cluster]], *, tokens: int, prices: dict[str, float] | None = None,
-            calibrations: dict[str, Calibration] | None = None, **plan_options: Any) -> list[ClusterRow]:  # fmt: skip
-    """Returns every cluster's row, ranked by time to train `tokens` (then cost). `plan_options` are
-    search.plan's (seq_len, micro_batch, global_batch, grad_ckpt, precision, stage, method, task, lora, ...);
-    `calibrations` the step-time constants of a cluster by its label (this machine's for `auto`). A price
-    naming a GPU type no cluster uses is an error (a typo would silently drop the cost). Raises InputError."""
+def compare(spec, clusters: list[tuple[str, Cluster]], request: PlanRequest, *, tokens: int,
+            prices: dict[str, float] | None = None,
+            calibrations: dict[str, Calibration] | None = None) -> list[ClusterRow]:  # fmt: skip
+    """Returns every cluster's row, ranked by time to train `tokens` (then cost), each planned by search.plan for
+    `request`; `calibrations` the step-time constants of a cluster by its label (this machine's for `auto`), in
+    place of the request's. A price naming a GPU type no cluster uses is an error (a typo would silently drop the
+    cost). Raises InputError."""
     prices = prices or {}
     used = {cluster.gpu.name for _, cluster in clusters}
     unused = sorted(set(prices) - used)
@@ -142,7 +144,7 @@ def compare(spec, clusters: list[tuple[str, Cluster]], *, tokens: int, prices: d
                          f"(they use {', '.join(sorted(used))})")  # fmt: skip
     rows = []
     for label, cluster in clusters:
-        result = plan(spec, cluster, calibration=(calibrations or {}).get(label), **plan_options)
+        result = plan(spec, cluster, request.model_copy(update={"calibration": (calibrations or {}).get(label)}))
         rows.append(ClusterRow(label, cluster, result, tokens, prices.get(cluster.gpu.name)))
     return sorted(rows, key=_rank_key)
 

@@ -813,6 +813,7 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the file; where the file
     names no micro-batch (Accelerate), the largest that fits under the planner's safety margin."""
+    from zero_planner.plan.request import PlanRequest
     from zero_planner.plan.userconfig import estimate_config
 
     if imported.seq_len is None:
@@ -834,11 +835,12 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         lora = lora_for_model(spec, lora, imported.method, dropout_given=given)
 
     def at(config: ImportedConfig):
-        return estimate_config(spec, cluster, filled_ds_config(config, cluster), seq_len=config.seq_len,
-                               grad_ckpt=config.gradient_checkpointing, micro_batch=config.micro_batch_size,
-                               method=config.method, task="causal-lm", model_name=model_name, plan_path=plan_path,
-                               lora=lora, pretrained=pretrained, keeps_outputs=keeps_outputs, data_bytes=data_bytes,
-                               data_peak_bytes=data_peak_bytes)  # fmt: skip
+        request = PlanRequest(seq_len=config.seq_len, grad_ckpt=config.gradient_checkpointing,
+                              micro_batch=config.micro_batch_size, method=config.method, task="causal-lm",
+                              model_name=model_name, plan_path=plan_path, lora=lora, pretrained=pretrained,
+                              keeps_outputs=keeps_outputs, data_bytes=data_bytes,
+                              data_peak_bytes=data_peak_bytes)  # fmt: skip
+        return estimate_config(spec, cluster, filled_ds_config(config, cluster), request)
 
     notes: list[str] = []
     if imported.micro_batch_size is None:

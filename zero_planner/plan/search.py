@@ -1,6 +1,6 @@
 """The choice: for every strategy and checkpointing setting, the largest micro-batch that fits; the fastest wins.
 
-    plan(spec, cluster, seq_len=2048)   -> PlanResult (candidates, chosen, Plan or advice)
+    plan(spec, cluster, PlanRequest(seq_len=2048))   -> PlanResult (candidates, chosen, Plan or advice)
 
 Pure planning code: numbers in, a pydantic Plan out; no torch, transformers or deepspeed import (DeepSpeed's
 own config check, `validate_ds_config`, is the caller's choice: it costs seconds).
@@ -29,6 +29,7 @@ from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_prec
 from zero_planner.plan.fit import _gib
 from zero_planner.plan.memory import adapted_linears, param_adapters, sdpa_math_kernel, trainable_params
 from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
+from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.throughput import Calibration
 from zero_planner.planfile import LoraInfo
 from zero_planner.strategies import STRATEGIES, Strategy
@@ -159,65 +160,33 @@ def _choose(feasible: list[Option]) -> Option:
     return pick_fastest(feasible, lambda o: o.tokens_per_second, lambda o: _rank_key(o)[1:])
 
 
-def plan(
-    spec: ModelSpec,
-    cluster: Cluster,
-    *,
-    seq_len: int,
-    micro_batch: int | None = None,
-    global_batch: int | None = None,
-    grad_ckpt: bool | None = None,
-    precision: str = "auto",
-    stage: str = "auto",
-    method: str = "full",
-    task: str = "causal-lm",
-    margin: bool = True,
-    model_name: str | None = None,
-    plan_path: str = "plan.json",
-    lora: LoraInfo | None = None,
-    num_labels: int = 2,
-    pretrained: bool = False,
-    calibration: Calibration | None = None,
-    data_bytes: int = 0,
-    data_peak_bytes: int = 0,
-) -> PlanResult:
+def plan(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanResult:
     """Returns the PlanResult: every (strategy, checkpointing) option at its largest fitting micro-batch, the
     fastest that fits under the safety margin, and its Plan; or, when none fits, advice in numbers.
 
-    `micro_batch` None searches 1..MAX_MICRO_BATCH (capped at the per-GPU global batch); `grad_ckpt` None
-    tries both; `stage` "auto" tries all seven strategies; `margin` False judges fit against the full GPU and
-    host capacity instead of gpu_limit_bytes / host_limit_bytes; `pretrained`: zero-run will load weights (no
-    randomly initialised LM head before tying). `calibration`: the step-time constants (None: the committed
-    ones; with --gpus auto the CLI passes this machine's measured CPU Adam rate). `data_bytes`,
-    `data_peak_bytes`: a user's dataset in each rank's host memory, held and while packed (Workload's). Raises
-    InputError for bad values.
+    `request` (request.PlanRequest) says what is asked: `micro_batch` None searches 1..MAX_MICRO_BATCH (capped at
+    the per-GPU global batch); `grad_ckpt` None tries both; `stage` "auto" tries all seven strategies; `margin`
+    False judges fit against the full GPU and host capacity instead of gpu_limit_bytes / host_limit_bytes; the
+    other fields as PlanRequest documents them. Raises InputError for bad values.
     """
-    check_inputs(
-        spec,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        world_size=cluster.world_size,
-        method=method,
-        task=task,
-    )
+    r = request
+    method, seq_len, micro_batch, global_batch = r.method, r.seq_len, r.micro_batch, r.global_batch
+    check_inputs(spec, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
+                 world_size=cluster.world_size, method=method, task=r.task)  # fmt: skip
     if method == "auto":
-        return _plan_auto(spec, cluster, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-                          grad_ckpt=grad_ckpt, precision=precision, stage=stage, task=task, margin=margin,
-                          model_name=model_name, plan_path=plan_path, lora=lora, num_labels=num_labels,
-                          pretrained=pretrained, calibration=calibration)  # fmt: skip
+        return _plan_auto(spec, cluster, r)
     if method == "qlora" and cluster.is_cpu:
         raise InputError("--method qlora needs CUDA GPUs (bitsandbytes 4-bit); use --method lora with --gpus cpu:N")
-    precision = resolve_precision(precision, cluster)
-    strategies = resolve_strategies(stage)
-    ckpts = [False, True] if grad_ckpt is None else [grad_ckpt]
+    precision = resolve_precision(r.precision, cluster)
+    strategies = resolve_strategies(r.stage)
+    ckpts = [False, True] if r.grad_ckpt is None else [r.grad_ckpt]
     if method in ADAPTER_METHODS:
-        lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+        lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     else:
         lora = None
-    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, margin=margin,
-                    lora=lora, num_labels=num_labels, pretrained=pretrained, calibration=calibration,
-                    data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
+    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=r.task, margin=r.margin,
+                    lora=lora, num_labels=r.num_labels, pretrained=r.pretrained, keeps_outputs=r.keeps_outputs,
+                    calibration=r.calibration, data_bytes=r.data_bytes, data_peak_bytes=r.data_peak_bytes)  # fmt: skip
 
     options, batch_notes = [], {}
     for strategy in strategies:
@@ -255,22 +224,22 @@ def plan(
     if batch_notes[(chosen.strategy, chosen.gradient_checkpointing)]:
         notes.append(batch_notes[(chosen.strategy, chosen.gradient_checkpointing)])
     result = PlanResult(spec, cluster, precision, seq_len, options, chosen, None, notes)
-    result.plan = build_plan(result, method=method, task=task, model_name=model_name, plan_path=plan_path,
-                             lora=lora, num_labels=num_labels)  # fmt: skip
+    result.plan = build_plan(result, method=method, task=r.task, model_name=r.model_name, plan_path=r.plan_path,
+                             lora=lora, num_labels=r.num_labels)  # fmt: skip
     return result
 
 
-def _plan_auto(spec: ModelSpec, cluster: Cluster, **kwargs: Any) -> PlanResult:
+def _plan_auto(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanResult:
     """Returns full fine-tuning's plan when it fits, else the faster of LoRA and QLoRA that fits, with what
     each method costs in the notes (and full fine-tuning's explanation when nothing fits).
 
     Full fine-tuning comes first because it is what LoRA and QLoRA approximate; between the adapter methods
     the step-time model decides (QLoRA's 4-bit base also costs some quality, which the notes leave to the user).
     """
-    results = {"full": plan(spec, cluster, method="full", **kwargs)}
+    results = {"full": plan(spec, cluster, request.model_copy(update={"method": "full"}))}
     if not results["full"].fits:
         for method in ["lora"] + ([] if cluster.is_cpu else ["qlora"]):
-            results[method] = plan(spec, cluster, method=method, **kwargs)
+            results[method] = plan(spec, cluster, request.model_copy(update={"method": method}))
     fitting = {m: r for m, r in results.items() if r.fits}
     if "full" in fitting:
         chosen = "full"

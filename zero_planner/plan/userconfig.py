@@ -1,7 +1,7 @@
 """--ds-config: read a user's DeepSpeed JSON and estimate exactly that ("will my existing config fit?").
 
     read_ds_config(path)                                  -> dict (InputError when unreadable)
-    estimate_config(spec, cluster, ds_config, seq_len=...) -> ConfigEstimate, fit judged without the margin
+    estimate_config(spec, cluster, ds_config, PlanRequest(seq_len=...)) -> ConfigEstimate, fit judged without the margin
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from zero_planner.plan.dsconfig import bucket_sizes, default_optimizer
 from zero_planner.plan.fit import _gib, gpu_limit_bytes
 from zero_planner.plan.memory import ALLOC_CONF, ZeroBuffers
 from zero_planner.plan.options import Evaluator, Option, known_failure
+from zero_planner.plan.request import PlanRequest
 from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import Strategy
 
@@ -167,33 +168,17 @@ def _loop_note(ev, strategy: Strategy, ckpt: bool, micro: int, accum: int, memor
 
 
 def estimate_config(
-    spec: ModelSpec,
-    cluster: Cluster,
-    ds_config: dict[str, Any],
-    *,
-    seq_len: int,
-    grad_ckpt: bool = False,
-    micro_batch: int | None = None,
-    method: str = "full",
-    task: str = "causal-lm",
-    model_name: str | None = None,
-    plan_path: str = "plan.json",
-    lora: LoraInfo | None = None,
-    num_labels: int = 2,
-    pretrained: bool = False,
-    keeps_outputs: bool = False,
-    calibration: Any = None,
-    data_bytes: int = 0,
-    data_peak_bytes: int = 0,
+    spec: ModelSpec, cluster: Cluster, ds_config: dict[str, Any], request: PlanRequest
 ) -> ConfigEstimate:
     """Returns the estimate of exactly this DeepSpeed JSON: micro-batch, accumulation, stage, offload, precision
-    and bucket sizes come from it (`micro_batch` only where it says "auto"); fit is judged without the safety
-    margin. Gradient checkpointing is the model's switch, not DeepSpeed's: `grad_ckpt` says it; `lora` (rank,
-    dropout) and `num_labels` size adapters and a seq-cls head as in `plan`; `pretrained` and `calibration` (the
-    step-time constants) as in `plan`; `keeps_outputs`: the user's loop holds the model's outputs (their 16-bit
-    logits) through backward and step; `data_bytes`, `data_peak_bytes`: a user's dataset in each rank's host memory
-    (Workload's). Raises InputError.
+    and bucket sizes come from it (`request.micro_batch` only where it says "auto"); fit is judged without the
+    safety margin, so `request`'s precision, stage, global_batch and margin are not read. Gradient checkpointing is
+    the model's switch, not DeepSpeed's: `request.grad_ckpt` says it (None: off); the other fields (adapters, head,
+    weights, step-time constants, the user's loop keeping outputs, dataset bytes) as PlanRequest documents them.
+    Raises InputError.
     """
+    r = request
+    seq_len, method, task, grad_ckpt = r.seq_len, r.method, r.task, bool(r.grad_ckpt)
     world = cluster.world_size
     strategy = config_strategy(ds_config)
     micro = _int_field(ds_config, "train_micro_batch_size_per_gpu")
@@ -201,7 +186,7 @@ def estimate_config(
     total = _int_field(ds_config, "train_batch_size")
     if micro is None and total is not None:
         micro = total // ((accum or 1) * world) or None
-    micro = micro or micro_batch
+    micro = micro or r.micro_batch
     if micro is None:
         raise InputError('--ds-config sets no train_micro_batch_size_per_gpu (or it is "auto"); give --micro-batch N')
     if accum is None:
@@ -227,11 +212,13 @@ def estimate_config(
     if method == "auto":
         raise InputError("--method auto chooses a method; with --ds-config give full, lora or qlora")
     if method in ADAPTER_METHODS:
-        lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+        lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+    else:
+        lora = r.lora
     ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
-                    margin=False, lora=lora, num_labels=num_labels, pretrained=pretrained,
-                    keeps_outputs=keeps_outputs, calibration=calibration, data_bytes=data_bytes,
-                    data_peak_bytes=data_peak_bytes)  # fmt: skip
+                    margin=False, lora=lora, num_labels=r.num_labels, pretrained=r.pretrained,
+                    keeps_outputs=r.keeps_outputs, calibration=r.calibration, data_bytes=r.data_bytes,
+                    data_peak_bytes=r.data_peak_bytes)  # fmt: skip
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
@@ -253,7 +240,7 @@ def estimate_config(
             f"plan on up to {_gib(memory.fragmented_total_bytes)} per GPU for its fragmented cache"
         )
     if task == "causal-lm":
-        notes.append(_loop_note(ev, strategy, grad_ckpt, micro, accum, memory, cluster, keeps_outputs))
+        notes.append(_loop_note(ev, strategy, grad_ckpt, micro, accum, memory, cluster, r.keeps_outputs))
     if "optimizer" not in ds_config:
         notes.append("the JSON names no optimizer (the trainer brings its own); estimated and run with DeepSpeed's "
                      "AdamW, whose two fp32 moments are what torch's AdamW keeps too")
@@ -273,9 +260,9 @@ def estimate_config(
         ds_config=concrete,
         candidates=[candidate(option, chosen=True)],
         notes=notes,
-        model_name=model_name,
-        plan_path=plan_path,
+        model_name=r.model_name,
+        plan_path=r.plan_path,
         lora=ev.lora if method in ADAPTER_METHODS else None,
-        num_labels=num_labels,
+        num_labels=r.num_labels,
     )
     return ConfigEstimate(option, gpu_headroom, host_headroom, plan_, notes)
