@@ -30,7 +30,6 @@ from zero_planner.plan.fit import _gib
 from zero_planner.plan.memory import adapted_linears, param_adapters, sdpa_math_kernel, trainable_params
 from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
 from zero_planner.plan.request import PlanRequest
-from zero_planner.plan.throughput import Calibration
 from zero_planner.planfile import LoraInfo
 from zero_planner.strategies import STRATEGIES, Strategy
 
