@@ -60,6 +60,17 @@ def test_each_row_is_the_clusters_own_best_plan(capsys):
     assert row["plan"]["micro_batch_size"] == planned["training"]["micro_batch_size"]
 
 
+@pytest.mark.parametrize("init", [[], ["--init", "random"]])
+def test_a_row_reads_the_weights_as_the_plan_does(init, capsys):
+    # QLoRA on a tied model: built from its config, the LM head is allocated before tying and the host peak is
+    # higher than when from_pretrained reads the weights; --compare once ignored --init and always built from config.
+    qlora = ["--model", "Qwen/Qwen2.5-0.5B", "--method", "qlora", *init]
+    _, compared = _json(capsys, [*qlora, "--compare", "1xT4"])
+    _, planned = _json(capsys, [*qlora, "--gpus", "1xT4"])
+    assert compared["clusters"][0]["plan"]["cpu_total_bytes"] == planned["estimate"]["cpu"]["total"]
+    assert compared["clusters"][0]["plan"]["gpu_total_bytes"] == planned["estimate"]["per_gpu"]["total"]
+
+
 def test_prices_add_the_cost_and_the_cheapest(narrow, capsys):
     rc = main([*LLAMA, "--compare", CLUSTERS, "--tokens", "2B", "--price", "H100=2.5,A100-80GB=$1.8,RTX4090=0.4"])
     text = capsys.readouterr().out

@@ -9,6 +9,7 @@ import pytest
 from zero_planner import cli
 from zero_planner.hardware import parse_gpus
 from zero_planner.plan import host_rates
+from zero_planner.plan.reference_configs import DS_CONFIGS_DIR
 from zero_planner.plan.throughput import load_calibration
 
 FAST_HOST = host_rates.HostRate(cpu_adam_params_per_s=8e9, cpu_model="test CPU", cores=64, threads=64,
@@ -72,3 +73,23 @@ def test_gpus_auto_plans_offload_with_this_hosts_rate(measuring, monkeypatch, ca
 def test_named_gpus_never_measure(measuring, capsys):
     assert cli.main(["--model", "meta-llama/Llama-3.2-1B", "--gpus", "1xH100", "--json"]) == 0
     assert not measuring
+
+
+def test_an_imported_config_at_gpus_auto_uses_this_hosts_rate(measuring, monkeypatch, capsys, tmp_path):
+    # The importers once built their own request and so always used the catalog's rate, whatever --gpus said.
+    _auto_is_one_h100(monkeypatch)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"output_dir": "out", "per_device_train_batch_size": 1, "bf16": True,
+                                "deepspeed": str(DS_CONFIGS_DIR / "zero2_bf16_offload_optimizer.json")}))
+    argv = ["--model", "meta-llama/Llama-3.2-3B", "--gpus", "auto", "--seq-len", "1024", "--from-hf-trainer",
+            str(args), "--json"]  # fmt: skip
+
+    def tokens_per_second() -> float:
+        assert cli.main(argv) == 0
+        (only,) = json.loads(capsys.readouterr().out)["candidates"]
+        assert only["strategy"]["name"] == "2-offload"
+        return only["tokens_per_second"]
+
+    fast = tokens_per_second()
+    monkeypatch.setenv(host_rates.MEASURE_ENV, "0")
+    assert fast > tokens_per_second()  # 8e9 parameters/s against the catalog's H100 host

@@ -314,7 +314,7 @@ OVER_THE_LIMITS = {
     "run.train:_eval_and_save": (12, 0), "plan.memory:host_parts": (11, 0), "run.train:_report": (11, 0),
     "run.train:_save": (11, 0),
     "cli:build_parser": (0, 164), "plan.memory:model_states": (0, 130), "models.activations:_saved_bytes": (0, 119),
-    "cli:run": (0, 116), "models.analytic:lora_16bit_activations": (0, 115), "plan.advice:advice": (0, 108),
+    "cli:run": (0, 104), "models.analytic:lora_16bit_activations": (0, 115), "plan.advice:advice": (0, 108),
     "launch:run": (0, 102), "plan.memory:activation_bytes": (0, 99), "plan.userconfig:estimate_config": (0, 99),
     "plan.memory:estimate_memory": (0, 97), "run.train:train": (0, 85), "models.analytic:sdpa_16bit_activations": (0, 84),
 }

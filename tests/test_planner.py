@@ -22,7 +22,7 @@ from zero_planner.plan.reference_configs import DS_CONFIGS_DIR
 from zero_planner.plan.request import PlanRequest
 from zero_planner.plan.search import MAX_MICRO_BATCH, SPEED_TIE, batch_shape, largest_fitting, plan
 from zero_planner.plan.userconfig import estimate_config
-from zero_planner.planfile import Plan
+from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import STRATEGIES
 
 GIB = 2**30
@@ -491,4 +491,10 @@ def test_a_request_refuses_an_unknown_field_and_a_wrong_type():
         PlanRequest(seq_len=128, seqlen=256)  # a misspelt option is an error, not a default silently kept
     with pytest.raises(ValidationError, match="micro_batch"):
         PlanRequest(seq_len=128, micro_batch="4")
-    assert PlanRequest(seq_len=128).model_copy(update={"method": "lora"}).method == "lora"
+    request = PlanRequest(seq_len=128, lora=LoraInfo(r=8))
+    changed = request.but(method="lora")
+    assert (changed.method, changed.lora, request.method) == ("lora", request.lora, "full")  # a copy; the rest kept
+    with pytest.raises(ValidationError, match="micro_batch"):
+        request.but(micro_batch="4")  # a changed field is checked as the constructor checks it
+    with pytest.raises(ValidationError, match="seqlen"):
+        request.but(seqlen=256)

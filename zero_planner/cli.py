@@ -290,7 +290,28 @@ def _lora_info(args: argparse.Namespace, spec):
 def _with_lora(request, args: argparse.Namespace, spec):
     """Returns `request` with the command line's LoRA settings (_lora_info) for the search or a --ds-config estimate
     (the imported configs hold their own)."""
-    return request.model_copy(update={"lora": _lora_info(args, spec)})
+    return request.but(lora=_lora_info(args, spec))
+
+
+def _seq_len(args: argparse.Namespace, spec, notes: list[str]) -> int:
+    """Returns --seq-len, or DEFAULT_SEQ_LEN capped at the model's maximum (saying so in `notes`)."""
+    if args.seq_len is not None:
+        return args.seq_len
+    seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
+    if seq_len < DEFAULT_SEQ_LEN:
+        notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
+    return seq_len
+
+
+def _request(args: argparse.Namespace, spec, seq_len: int, **fields):
+    """Returns the PlanRequest of the command line's model, batch, strategy and --init flags, with `fields` (the
+    plan path, adapters, host figures) added: zero-plan's plan and --compare read the same flags the same way."""
+    from zero_planner.plan.request import PlanRequest
+
+    return PlanRequest(seq_len=seq_len, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                       grad_ckpt=args.grad_ckpt, precision=args.precision, stage=args.stage, method=args.method,
+                       task=args.task, model_name=args.model, num_labels=args.num_labels,
+                       pretrained=loads_weights(spec, args.init), **fields)  # fmt: skip
 
 
 def _one_line(error: BaseException) -> str:
@@ -307,7 +328,6 @@ def run(args: argparse.Namespace) -> int:
     """Plans (or estimates --ds-config), prints the result and writes the files; returns the exit status."""
     from zero_planner.models.spec import load_model_spec
     from zero_planner.plan import search, userconfig
-    from zero_planner.plan.request import PlanRequest
     from zero_planner.run import probe
 
     if args.compare is not None:
@@ -330,23 +350,14 @@ def run(args: argparse.Namespace) -> int:
     if args.loop_keeps_outputs and ds_config is None:
         raise InputError("--loop-keeps-outputs describes your own training loop: give it with --ds-config or "
                          "--from-axolotl/--from-llamafactory (zero-run's loop keeps only the loss)")  # fmt: skip
-    pretrained = loads_weights(spec, args.init)
     notes = [host_note] if host_note else []
     notes += [note for note in (drift_note(),) if note]
-    seq_len = args.seq_len
-    if seq_len is None:
-        seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
-        if seq_len < DEFAULT_SEQ_LEN:
-            notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
-    plan_path = args.output or "plan.json"
+    seq_len = _seq_len(args, spec, notes)
     (data_bytes, data_peak_bytes), data_note = _data_bytes(args, seq_len)
     if data_note:
         notes.append(data_note)
-    request = PlanRequest(seq_len=seq_len, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                          grad_ckpt=args.grad_ckpt, precision=args.precision, stage=args.stage, method=args.method,
-                          task=args.task, model_name=args.model, plan_path=plan_path, num_labels=args.num_labels,
-                          pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs, calibration=calibration,
-                          data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
+    request = _request(args, spec, seq_len, plan_path=args.output or "plan.json", calibration=calibration,
+                       keeps_outputs=args.loop_keeps_outputs, data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)
 
     if imported is not None:
         from zero_planner.plan import importers
@@ -356,9 +367,7 @@ def run(args: argparse.Namespace) -> int:
         if imported.tool in importers.ADAPTERS_FROM_FLAGS:  # nor adapters: the script's peft config holds them
             lora = _lora_info(args, spec) if args.method in ("lora", "qlora") else None
             imported = importers.with_adapter(imported, args.method, lora)
-        estimate = importers.estimate(imported, spec, cluster, model_name=args.model, plan_path=plan_path,
-                                      pretrained=pretrained, keeps_outputs=args.loop_keeps_outputs,
-                                      data_bytes=data_bytes, data_peak_bytes=data_peak_bytes)  # fmt: skip
+        estimate = importers.estimate(imported, spec, cluster, request)
         result_plan, fits = estimate.plan, estimate.fits
     elif ds_config is not None:
         estimate = userconfig.estimate_config(spec, cluster, ds_config, _with_lora(request, args, spec))
@@ -430,7 +439,6 @@ def run_compare(args: argparse.Namespace) -> int:
     --price); returns 0 when some cluster fits, 1 when none does."""
     from zero_planner.models.spec import load_model_spec
     from zero_planner.plan import compare
-    from zero_planner.plan.request import PlanRequest
 
     given = [flag for flag, value in (("--gpus", args.gpus), ("--ds-config", args.ds_config),
                                       ("--from-axolotl", args.from_axolotl),
@@ -449,11 +457,7 @@ def run_compare(args: argparse.Namespace) -> int:
     tokens = args.tokens or COMPARE_TOKENS
     spec = load_model_spec(args.model)
     notes = [note for note in (drift_note(),) if note]
-    seq_len = args.seq_len
-    if seq_len is None:
-        seq_len = min(DEFAULT_SEQ_LEN, spec.max_position_embeddings)
-        if seq_len < DEFAULT_SEQ_LEN:
-            notes.append(f"--seq-len defaults to {DEFAULT_SEQ_LEN}, capped at the model's maximum of {seq_len} tokens")
+    seq_len = _seq_len(args, spec, notes)
     calibrations = {}
     for label, _ in clusters:
         if label.strip().lower() == "auto":
@@ -463,10 +467,7 @@ def run_compare(args: argparse.Namespace) -> int:
             if calibration is not None:
                 calibrations[label] = calibration
             notes += [note] if note else []
-    request = PlanRequest(seq_len=seq_len, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                          grad_ckpt=args.grad_ckpt, precision=args.precision, stage=args.stage, method=args.method,
-                          task=args.task, model_name=args.model, lora=_lora_info(args, spec),
-                          num_labels=args.num_labels)  # fmt: skip
+    request = _request(args, spec, seq_len, lora=_lora_info(args, spec))
     rows = compare.compare(spec, clusters, request, tokens=tokens, prices=prices, calibrations=calibrations)
     fits = any(row.fits for row in rows)
     if args.json:

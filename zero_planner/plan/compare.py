@@ -144,7 +144,7 @@ def compare(spec, clusters: list[tuple[str, Cluster]], request: PlanRequest, *, 
                          f"(they use {', '.join(sorted(used))})")  # fmt: skip
     rows = []
     for label, cluster in clusters:
-        result = plan(spec, cluster, request.model_copy(update={"calibration": (calibrations or {}).get(label)}))
+        result = plan(spec, cluster, request.but(calibration=(calibrations or {}).get(label)))
         rows.append(ClusterRow(label, cluster, result, tokens, prices.get(cluster.gpu.name)))
     return sorted(rows, key=_rank_key)
 

@@ -807,13 +807,13 @@ def _yaml_key_names(tool: str) -> dict[str, str]:
             "train_batch_size": "per_device_train_batch_size x gradient_accumulation_steps x GPUs"}  # fmt: skip
 
 
-def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None, plan_path: str,
-             pretrained: bool = False, keeps_outputs: bool = False, data_bytes: int = 0,
-             data_peak_bytes: int = 0):
+def estimate(imported: ImportedConfig, spec, cluster, request):
     """Returns the planner's ConfigEstimate of the imported config (fit without the safety margin): stage,
     offload, precision and buckets from its DeepSpeed JSON, adapter rank and dropout from the file; where the file
-    names no micro-batch (Accelerate), the largest that fits under the planner's safety margin."""
-    from zero_planner.plan.request import PlanRequest
+    names no micro-batch (Accelerate), the largest that fits under the planner's safety margin. `request` (a
+    PlanRequest) gives what the file cannot: the model's name, plan path, weights, step-time constants, the user's
+    loop and dataset bytes; the file's sequence length, checkpointing, micro-batch, method and adapters replace its
+    fields."""
     from zero_planner.plan.userconfig import estimate_config
 
     if imported.seq_len is None:
@@ -835,12 +835,9 @@ def estimate(imported: ImportedConfig, spec, cluster, *, model_name: str | None,
         lora = lora_for_model(spec, lora, imported.method, dropout_given=given)
 
     def at(config: ImportedConfig):
-        request = PlanRequest(seq_len=config.seq_len, grad_ckpt=config.gradient_checkpointing,
-                              micro_batch=config.micro_batch_size, method=config.method, task="causal-lm",
-                              model_name=model_name, plan_path=plan_path, lora=lora, pretrained=pretrained,
-                              keeps_outputs=keeps_outputs, data_bytes=data_bytes,
-                              data_peak_bytes=data_peak_bytes)  # fmt: skip
-        return estimate_config(spec, cluster, filled_ds_config(config, cluster), request)
+        fields = {"seq_len": config.seq_len, "grad_ckpt": config.gradient_checkpointing, "lora": lora,
+                  "micro_batch": config.micro_batch_size, "method": config.method, "task": "causal-lm"}
+        return estimate_config(spec, cluster, filled_ds_config(config, cluster), request.but(**fields))
 
     notes: list[str] = []
     if imported.micro_batch_size is None:

@@ -3,7 +3,8 @@ user's DeepSpeed JSON (`userconfig.estimate_config`) both take a PlanRequest, bu
 comparison and the importers, instead of the same dozen-and-more keyword arguments passed down each chain.
 
     PlanRequest(seq_len=2048, method="lora")       the CLI's defaults for everything else
-    request.model_copy(update={"method": "full"})  one field changed (--method auto plans each method so)
+    request.but(method="full")                     one field changed, checked again (--method auto plans each
+                                                   method so; pydantic's model_copy would not check it)
 
 Types are checked here (pydantic, as the plan file is); values (a sequence length the model cannot take, a batch
 the GPUs cannot split) are checked against the model and cluster by checks.check_inputs, which names the flag.
@@ -61,3 +62,8 @@ class PlanRequest(BaseModel):
     """A user's dataset in each rank's host memory, held (Workload's)."""
     data_peak_bytes: StrictInt = 0
     """... and at its peak while packed."""
+
+    def but(self, **fields) -> PlanRequest:
+        """Returns this request with `fields` changed, their names and types checked as the constructor checks them
+        (pydantic's model_copy(update=) takes any key and any value)."""
+        return type(self)(**{**dict(self), **fields})

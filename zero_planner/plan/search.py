@@ -235,10 +235,10 @@ def _plan_auto(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanR
     Full fine-tuning comes first because it is what LoRA and QLoRA approximate; between the adapter methods
     the step-time model decides (QLoRA's 4-bit base also costs some quality, which the notes leave to the user).
     """
-    results = {"full": plan(spec, cluster, request.model_copy(update={"method": "full"}))}
+    results = {"full": plan(spec, cluster, request.but(method="full"))}
     if not results["full"].fits:
         for method in ["lora"] + ([] if cluster.is_cpu else ["qlora"]):
-            results[method] = plan(spec, cluster, request.model_copy(update={"method": method}))
+            results[method] = plan(spec, cluster, request.but(method=method))
     fitting = {m: r for m, r in results.items() if r.fits}
     if "full" in fitting:
         chosen = "full"
