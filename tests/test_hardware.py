@@ -265,6 +265,22 @@ def test_gpu_from_cuda_device_name(device_name, expected):
     assert hardware._gpu_from_device_name(device_name).name == expected
 
 
+def test_each_catalog_part_is_known_by_its_own_device_names():
+    # One entry in gpus.json is all a new part needs: its device_names find it (and no more specific pattern of
+    # another part takes them), its compute capability says its generation.
+    for gpu in hardware.load_gpu_catalog().values():
+        if gpu.is_cpu:
+            assert not gpu.device_names and gpu.compute_capability is None
+            continue
+        assert gpu.device_names, gpu.name
+        for pattern in gpu.device_names:
+            assert hardware.gpu_from_device_name(f"NVIDIA {pattern.lower()}") == gpu, (gpu.name, pattern)
+        assert (gpu.compute_capability is None) == (gpu.vendor != "nvidia"), gpu.name
+    assert hardware.gpu_from_device_name("NVIDIA Quadro RTX 8000") is None
+    assert hardware.catalog_gpu("h100") == hardware.catalog_gpu("H100 80GB HBM3") == hardware.find_gpu("H100-SXM")
+    assert hardware.catalog_gpu("no such card") is None
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [

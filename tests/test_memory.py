@@ -319,6 +319,10 @@ def test_every_figure_is_int_bytes():
 def test_workspace_by_gpu_generation():
     assert workspace_bytes("H100") == 64 * 2**20
     assert workspace_bytes("T4") < workspace_bytes("H100")
+    # By the catalog's compute capability: a catalog name, an alias or the device name a measurement records.
+    assert workspace_bytes("B200") == workspace_bytes("H100 80GB HBM3") == workspace_bytes("H100-PCIe") == 64 * 2**20
+    assert workspace_bytes("A100-80GB") == workspace_bytes("L40S") == workspace_bytes("T4")
+    assert workspace_bytes("MI300X") == workspace_bytes("an unknown card") == workspace_bytes("T4")
     assert workspace_bytes("cpu") == 0
     assert GiB == 2**30
 

@@ -52,6 +52,16 @@ class GPU:
     """What `intra_node_bandwidth_bytes_per_s` measures: `nvlink`, `infinity-fabric`, `pcie` or `host`."""
     nvidia_smi_total_mib: int | None = None
     """nvidia-smi's `memory.total` where known."""
+    device_names: tuple[str, ...] = ()
+    """Patterns of the CUDA/NVML device name that identify the part (`A100 80GB`: both words in the upper-cased
+    name); of all the catalog's patterns that match, the most specific wins (gpu_from_device_name)."""
+    compute_capability: str | None = None
+    """CUDA's major.minor (`9.0`); None for AMD parts and the cpu entry."""
+
+    @property
+    def sm90_or_later(self) -> bool:
+        """Hopper and later (compute capability 9.0 and up): cuBLAS holds its larger workspaces there."""
+        return self.compute_capability is not None and int(self.compute_capability.split(".")[0]) >= 9
 
     @property
     def is_cpu(self) -> bool:
@@ -87,6 +97,7 @@ def load_gpu_catalog() -> dict[str, GPU]:
     for entry in json.loads(text)["gpus"]:
         entry = dict(entry)
         entry["aliases"] = tuple(entry.get("aliases", ()))
+        entry["device_names"] = tuple(entry.get("device_names", ()))
         catalog[entry["name"]] = GPU(**entry)
     return catalog
 
@@ -328,24 +339,41 @@ def _nvml_devices() -> list[tuple[str, int]] | None:
         nvml.nvmlShutdown()
 
 
-def _gpu_from_device_name(device_name: str) -> GPU:
-    """Returns the catalog GPU for a CUDA device name such as `NVIDIA H100 80GB HBM3` or `Tesla T4`."""
+@lru_cache(maxsize=1)
+def _device_patterns() -> list[tuple[tuple[str, ...], str]]:
+    """Returns (words, catalog name) of every device-name pattern, most specific first: more words, then more
+    letters, then catalog order (`A100 80GB` before `A100` before `A10`; `L40S` before `L4`)."""
+    patterns = [(tuple(p.upper().split()), gpu.name) for gpu in load_gpu_catalog().values() for p in gpu.device_names]
+    return sorted(patterns, key=lambda pattern: (-len(pattern[0]), -sum(map(len, pattern[0]))))
+
+
+def gpu_from_device_name(device_name: str) -> GPU | None:
+    """Returns the catalog GPU whose device_names match a CUDA device name such as `NVIDIA H100 80GB HBM3` or
+    `Tesla T4` (the most specific pattern wins), or None where none does."""
     name = device_name.upper()
-    catalog = load_gpu_catalog()
-    checks = [  # most specific first
-        ("H100 NVL", "H100-NVL"), ("H100 PCIE", "H100-PCIe"), ("H100", "H100-SXM"), ("H200", "H200"),
-        ("B200", "B200"), ("A100", "A100-80GB" if "80GB" in name else "A100-40GB"), ("A10G", "A10G"),
-        ("L40S", "L40S"), ("A6000", "A6000"), ("4090", "RTX4090"), ("3090", "RTX3090"), ("A10", "A10"),
-        ("L4", "L4"), ("T4", "T4"), ("V100", "V100-32GB" if "32GB" in name else "V100-16GB"),
-        ("P100", "P100"), ("MI300X", "MI300X"),
-    ]
-    for needle, catalog_name in checks:
-        if needle in name:
-            return catalog[catalog_name]
+    for words, catalog_name in _device_patterns():
+        if all(word in name for word in words):
+            return load_gpu_catalog()[catalog_name]
+    return None
+
+
+@lru_cache(maxsize=64)
+def catalog_gpu(name: str) -> GPU | None:
+    """Returns the catalog GPU of a catalog name, an alias or a CUDA device name; None where it is none of them."""
+    found = _index().get(_key(name))
+    return load_gpu_catalog()[found] if found is not None else gpu_from_device_name(name)
+
+
+def _gpu_from_device_name(device_name: str) -> GPU:
+    """Returns the catalog GPU for a CUDA device name (gpu_from_device_name, then the catalog's names); raises
+    InputError naming the device and the catalog's types where neither knows it."""
+    gpu = gpu_from_device_name(device_name)
+    if gpu is not None:
+        return gpu
     try:
         return find_gpu(device_name)
     except InputError:
         raise InputError(
             f"--gpus auto found {device_name!r}, which is not in the GPU catalog; pass --gpus NxTYPE with the "
-            f"closest type ({', '.join(catalog)})"
+            f"closest type ({', '.join(load_gpu_catalog())})"
         ) from None

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from zero_planner.hardware import catalog_gpu
 from zero_planner.models.activations import closed_form_coefficients
 from zero_planner.models.spec import ModelSpec
 from zero_planner.phases import PHASES
@@ -29,7 +30,6 @@ MiB = 2**20
 CUBLAS_WORKSPACE_SM90_BYTES = 32 * MiB
 CUBLAS_WORKSPACE_OLDER_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_HANDLES = 2
-SM90_GPUS = ("H100", "H200", "H800", "H20", "GH200", "B200", "B100", "GB200")
 
 # Device memory the process holds outside the caching allocator: CUDA context, kernels, cuDNN/cuBLAS
 # handles. Measured as mem_get_info used minus max_memory_reserved at the end of exclusive single-GPU
@@ -231,7 +231,8 @@ def workspace_bytes(gpu_name: str | None) -> int:
         return CUBLAS_HANDLES * CUBLAS_WORKSPACE_SM90_BYTES
     if gpu_name.lower().startswith("cpu"):
         return 0
-    sm90 = any(gpu_name.upper().startswith(prefix) for prefix in SM90_GPUS)
+    gpu = catalog_gpu(gpu_name)  # a catalog name, an alias or a device name; its compute capability decides
+    sm90 = gpu is not None and gpu.sm90_or_later
     return CUBLAS_HANDLES * (CUBLAS_WORKSPACE_SM90_BYTES if sm90 else CUBLAS_WORKSPACE_OLDER_BYTES)
 
 
