@@ -84,9 +84,9 @@ CAPACITY_USE_TARGET = 0.90
 def _memory(result, option, micro: int) -> int:
     """Returns the predicted total of `option` at another micro-batch, by the planner's own evaluator."""
     from zero_planner.plan.options import Evaluator
+    from zero_planner.plan.request import PlanRequest
 
-    ev = Evaluator(result.spec, result.cluster, seq_len=result.seq_len, precision=result.precision, method="full",
-                   task="causal-lm")  # fmt: skip
+    ev = Evaluator(result.spec, result.cluster, PlanRequest(seq_len=result.seq_len, precision=result.precision))
     return ev.memory(option.strategy, option.gradient_checkpointing, micro).total_bytes
 
 

@@ -91,9 +91,7 @@ def test_micro_batch_is_the_largest_under_the_margin(fake):
             GPT2,
             STRATEGIES["2"],
             replace(
-                options.Evaluator(
-                    GPT2, cluster, seq_len=1024, precision="fp16", method="full", task="causal-lm"
-                ).workload(False, 8)
+                options.Evaluator(GPT2, cluster, PlanRequest(seq_len=1024, precision="fp16")).workload(False, 8)
             ),
         ).total_bytes
         > limit

@@ -1,7 +1,7 @@
 """What the search weighs: one evaluated candidate (Option), the search's result (PlanResult), and the memoised
 estimates it is made from (Evaluator); also the combinations DeepSpeed cannot run whatever the memory.
 
-    Evaluator(spec, cluster, seq_len=..., precision=..., method=..., task=...)
+    Evaluator(spec, cluster, request, buffers)  request: a PlanRequest, its precision and method resolved
         .memory(strategy, ckpt, micro, accum)   -> MemoryEstimate (memoised)
         .why_not(strategy, ckpt, micro, accum)  -> None, or why it does not fit under the caps
         .step(strategy, ckpt, micro, accum)     -> StepTime
@@ -21,6 +21,7 @@ from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes, why_not
 from zero_planner.plan.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory, param_adapters
 from zero_planner.plan.throughput import Calibration, StepTime, estimate_step_time
+from zero_planner.plan.request import PlanRequest
 from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import Strategy
 
@@ -69,35 +70,22 @@ class PlanResult:
 class Evaluator:
     """Memoised estimate_memory for one model, cluster, sequence length and precision."""
 
-    def __init__(
-        self,
-        spec: ModelSpec,
-        cluster: Cluster,
-        *,
-        seq_len: int,
-        precision: str,
-        method: str,
-        task: str,
-        buffers: ZeroBuffers | None = None,
-        margin: bool = True,
-        lora: LoraInfo | None = None,
-        num_labels: int = 2,
-        pretrained: bool = False,
-        keeps_outputs: bool = False,
-        calibration: Calibration | None = None,
-        data_bytes: int = 0,
-        data_peak_bytes: int = 0,
-    ) -> None:
-        self.spec, self.cluster, self.seq_len, self.precision = spec, cluster, seq_len, precision
-        self.pretrained, self.keeps_outputs = pretrained, keeps_outputs
-        self.data_bytes, self.data_peak_bytes = data_bytes, data_peak_bytes  # Workload's: a user's dataset, per rank
-        self.calibration = calibration  # None: the committed constants (throughput.load_calibration)
-        self.lora = lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
-        self.num_labels = num_labels
-        self.margin = margin
-        self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if margin else cluster.gpu.memory_bytes
-        self.host_cap_bytes = host_limit_bytes(cluster.cpu_memory_bytes) if margin else cluster.cpu_memory_bytes
-        self.method, self.task = method, task
+    def __init__(self, spec: ModelSpec, cluster: Cluster, request: PlanRequest, buffers: ZeroBuffers | None = None):
+        """`request` as the search resolved it: a precision (bf16, fp16, fp32), not auto, and one method; its
+        stage, micro-batch, global batch and checkpointing are the search's to try, not read here. `buffers`: the
+        bucket sizes (None: the planner's for this model)."""
+        self.spec, self.cluster, self.request = spec, cluster, request
+        self.seq_len, self.precision, self.method, self.task = request.seq_len, request.precision, request.method, \
+            request.task  # fmt: skip
+        self.pretrained, self.keeps_outputs = request.pretrained, request.keeps_outputs
+        # Workload's: a user's dataset, per rank
+        self.data_bytes, self.data_peak_bytes = request.data_bytes, request.data_peak_bytes
+        self.calibration = request.calibration  # None: the committed constants (throughput.load_calibration)
+        self.lora = request.lora or LoraInfo()  # rank and dropout matter here; the method says whether it is 4-bit
+        self.num_labels = request.num_labels
+        self.margin = request.margin
+        self.gpu_cap_bytes = gpu_limit_bytes(cluster.gpu.memory_bytes) if self.margin else cluster.gpu.memory_bytes
+        self.host_cap_bytes = host_limit_bytes(cluster.cpu_memory_bytes) if self.margin else cluster.cpu_memory_bytes
         self.buffers = buffers or ZeroBuffers.for_model(spec.hidden_size)
         self.attn = spec.attn_implementation or "sdpa"
         self._cache: dict[tuple, MemoryEstimate] = {}
@@ -139,23 +127,9 @@ class Evaluator:
         keeps_outputs: bool | None = None,
     ) -> "Evaluator":
         """Returns an evaluator for the same model and settings on another cluster, sequence length or method."""
-        return Evaluator(
-            self.spec,
-            cluster or self.cluster,
-            seq_len=seq_len or self.seq_len,
-            precision=self.precision,
-            method=method or self.method,
-            task=self.task,
-            buffers=self.buffers,
-            margin=self.margin,
-            lora=self.lora,
-            num_labels=self.num_labels,
-            pretrained=self.pretrained,
-            keeps_outputs=self.keeps_outputs if keeps_outputs is None else keeps_outputs,
-            calibration=self.calibration,
-            data_bytes=self.data_bytes,
-            data_peak_bytes=self.data_peak_bytes,
-        )
+        changed = {"seq_len": seq_len, "method": method, "keeps_outputs": keeps_outputs}
+        request = self.request.but(**{name: value for name, value in changed.items() if value is not None})
+        return Evaluator(self.spec, cluster or self.cluster, request, self.buffers)
 
     def step(self, strategy: Strategy, ckpt: bool, micro: int, accum: int) -> StepTime:
         return estimate_step_time(self.spec, strategy, self.cluster.gpu, self.workload(ckpt, micro, accum),

@@ -183,9 +183,7 @@ def plan(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanResult:
         lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     else:
         lora = None
-    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=r.task, margin=r.margin,
-                    lora=lora, num_labels=r.num_labels, pretrained=r.pretrained, keeps_outputs=r.keeps_outputs,
-                    calibration=r.calibration, data_bytes=r.data_bytes, data_peak_bytes=r.data_peak_bytes)  # fmt: skip
+    ev = Evaluator(spec, cluster, r.but(precision=precision, lora=lora))
 
     options, batch_notes = [], {}
     for strategy in strategies:

@@ -215,10 +215,7 @@ def estimate_config(
         lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
     else:
         lora = r.lora
-    ev = Evaluator(spec, cluster, seq_len=seq_len, precision=precision, method=method, task=task, buffers=buffers,
-                    margin=False, lora=lora, num_labels=r.num_labels, pretrained=r.pretrained,
-                    keeps_outputs=r.keeps_outputs, calibration=r.calibration, data_bytes=r.data_bytes,
-                    data_peak_bytes=r.data_peak_bytes)  # fmt: skip
+    ev = Evaluator(spec, cluster, r.but(precision=precision, lora=lora, margin=False), buffers)
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
     step = ev.step(strategy, grad_ckpt, micro, accum)
