@@ -11,6 +11,7 @@ from zero_planner.plan.command import launch_command
 from zero_planner.plan.dsconfig import build_ds_config
 from zero_planner.plan.memory import MemoryEstimate, Workload, trainable_params
 from zero_planner.plan.options import Option, PlanResult
+from zero_planner.plan.request import PlanRequest
 from zero_planner.planfile import (
     Candidate,
     CpuEstimate,
@@ -95,23 +96,12 @@ def _hardware_info(cluster: Cluster) -> HardwareInfo:
     )
 
 
-def _assemble(
-    spec: ModelSpec,
-    cluster: Cluster,
-    option: Option,
-    *,
-    seq_len: int,
-    precision: str,
-    method: str,
-    task: str,
-    ds_config: dict[str, Any],
-    candidates: list[Candidate],
-    notes: list[str],
-    model_name: str | None,
-    plan_path: str,
-    lora: LoraInfo | None = None,
-    num_labels: int = 2,
-) -> Plan:
+def _assemble(spec: ModelSpec, cluster: Cluster, option: Option, request: PlanRequest, *, ds_config: dict[str, Any],
+              candidates: list[Candidate], notes: list[str]) -> Plan:
+    """Returns the Plan of `option` with this DeepSpeed JSON, candidates and notes; `request` as the evaluator
+    resolved it (a precision, one method, the adapters it ran)."""
+    r = request
+    seq_len, precision, method, task, lora, num_labels = r.seq_len, r.precision, r.method, r.task, r.lora, r.num_labels
     training = TrainingInfo(
         micro_batch_size=option.micro_batch_size,
         gradient_accumulation_steps=option.gradient_accumulation_steps,
@@ -127,7 +117,7 @@ def _assemble(
     workload = Workload(option.micro_batch_size, seq_len, option.gradient_checkpointing, precision,
                         method=method, task=task, lora_r=(lora or LoraInfo()).r, num_labels=num_labels)  # fmt: skip
     result = Plan(
-        model=_model_info(spec, model_name, trainable_params(spec, workload)),
+        model=_model_info(spec, r.model_name, trainable_params(spec, workload)),
         hardware=_hardware_info(cluster),
         training=training,
         strategy=_strategy_info(option.strategy),
@@ -137,21 +127,13 @@ def _assemble(
         launch=LaunchInfo(command=[]),
         notes=notes,
     )
-    result.launch = LaunchInfo(command=launch_command(result, plan_path))
+    result.launch = LaunchInfo(command=launch_command(result, r.plan_path))
     return result
 
 
-def build_plan(
-    result: PlanResult,
-    *,
-    method: str = "full",
-    task: str = "causal-lm",
-    model_name: str | None = None,
-    plan_path: str = "plan.json",
-    lora: LoraInfo | None = None,
-    num_labels: int = 2,
-) -> Plan:
-    """Returns the Plan for `result.chosen`: its DeepSpeed JSON, estimate, every candidate and the launch command."""
+def build_plan(result: PlanResult, request: PlanRequest) -> Plan:
+    """Returns the Plan for `result.chosen`: its DeepSpeed JSON, estimate, every candidate and the launch command;
+    `request` as the search's evaluator resolved it (Evaluator.request)."""
     chosen = result.chosen
     if chosen is None:
         raise ValueError("no option fits; there is no plan to build")
@@ -165,19 +147,5 @@ def build_plan(
     )
     candidates = [candidate(o, chosen=o is chosen) for o in result.options]
     notes = [*result.notes, *chosen.memory.notes]
-    return _assemble(
-        result.spec,
-        result.cluster,
-        chosen,
-        seq_len=result.seq_len,
-        precision=result.precision,
-        method=method,
-        task=task,
-        ds_config=ds_config,
-        candidates=candidates,
-        notes=notes,
-        model_name=model_name,
-        plan_path=plan_path,
-        lora=lora,
-        num_labels=num_labels,
-    )
+    return _assemble(result.spec, result.cluster, chosen, request, ds_config=ds_config, candidates=candidates,
+                     notes=notes)

@@ -221,8 +221,7 @@ def plan(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanResult:
     if batch_notes[(chosen.strategy, chosen.gradient_checkpointing)]:
         notes.append(batch_notes[(chosen.strategy, chosen.gradient_checkpointing)])
     result = PlanResult(spec, cluster, precision, seq_len, options, chosen, None, notes)
-    result.plan = build_plan(result, method=method, task=r.task, model_name=r.model_name, plan_path=r.plan_path,
-                             lora=lora, num_labels=r.num_labels)  # fmt: skip
+    result.plan = build_plan(result, ev.request)
     return result
 
 

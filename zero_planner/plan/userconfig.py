@@ -246,20 +246,6 @@ def estimate_config(
             f"fits, but inside the planner's safety margin: {_gib(gpu_headroom)} headroom is less than "
             f"{_gib(cluster.gpu.memory_bytes - gpu_limit_bytes(cluster.gpu.memory_bytes))}"
         )
-    plan_ = _assemble(
-        spec,
-        cluster,
-        option,
-        seq_len=seq_len,
-        precision=precision,
-        method=method,
-        task=task,
-        ds_config=concrete,
-        candidates=[candidate(option, chosen=True)],
-        notes=notes,
-        model_name=r.model_name,
-        plan_path=r.plan_path,
-        lora=ev.lora if method in ADAPTER_METHODS else None,
-        num_labels=r.num_labels,
-    )
+    plan_ = _assemble(spec, cluster, option, ev.request, ds_config=concrete, candidates=[candidate(option, chosen=True)],
+                      notes=notes)
     return ConfigEstimate(option, gpu_headroom, host_headroom, plan_, notes)
