@@ -1,4 +1,4 @@
-"""One measured case, run on every rank by the `deepspeed` launcher: the reference step of DESIGN.md.
+"""One measured case, run on every rank by the `deepspeed` launcher: the reference step of docs/design.md.
 
 Writes OUT_DIR/rank{N}.json with peak allocated/reserved memory (overall and per phase), device memory in
 use at the end, peak host RSS and step times. A CUDA OOM is recorded with its phase, not raised.

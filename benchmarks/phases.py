@@ -1,6 +1,6 @@
 """The phases suite: real zero-runs (and their resumes) of plans `zero-plan` writes, every phase measured.
 
-A run is more than its step (DESIGN.md): loading, deepspeed.initialize, the first and steady steps, eval,
+A run is more than its step (docs/design.md): loading, deepspeed.initialize, the first and steady steps, eval,
 checkpoint save, the final export and a resume each have a peak. Each case here is a plan file made by zero-plan
 for a real GPU type (`--gpus 1xT4`, `1xRTX4090`, ...), run by benchmarks/phase_case.py under the harness: when
 the type is smaller than the machine's GPU, on an emulated card of that type (ZERO_RUN_MEMORY_LIMIT_BYTES: the

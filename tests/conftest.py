@@ -157,7 +157,7 @@ HEAVY_MODULES = ("torch", "deepspeed", "transformers", "datasets", "huggingface_
 def heavy_modules_after(code: str) -> list[str]:
     """Returns which heavy libraries a fresh Python process has imported after running `code`.
 
-    The planner's import path must stay light (DESIGN.md: zero-plan starts fast); every module that promises
+    The planner's import path must stay light (docs/design.md: zero-plan starts fast); every module that promises
     so is checked through this one helper. `code` may raise: the answer is printed in a finally block.
     """
     import subprocess

@@ -224,7 +224,7 @@ def test_malformed_dataset_is_named_by_zero_plan(fake, tmp_path, capsys):
 
 
 def test_import_does_not_load_heavy_libraries():
-    # Not only what the default path imports today: all of plan/ (the pure core, STYLE.md), models/ and the top-level
+    # Not only what the default path imports today: all of plan/ (the pure core, docs/design.md), models/ and the top-level
     # modules, entries included (__main__ is left out: importing it runs zero-plan).
     package = ROOT / "zero_planner"
     files = [*package.glob("*.py"), *package.glob("models/*.py"), *package.glob("plan/*.py")]

@@ -14,6 +14,10 @@ README_MAX_LINES = 250  # issue 28: the README is the front door; narratives liv
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # A backticked repository path: starts at a top-level folder of this repository and ends in a file or folder name.
 REPO_PATH = re.compile(r"`((?:zero_planner|benchmarks|scripts|tests|docs|ds_configs|\.ci)/[\w./*-]*)")
+# A file named in prose, backticked or not: a package path (plan/memory.py, run/train.py, catalog/gpus.json, with or
+# without zero_planner/) or one from a top-level folder (benchmarks/memory_regression.py).
+PACKAGE_FILE = re.compile(r"(?<![\w/.])(?:zero_planner/)?((?:plan|run|models|catalog)/[\w/]+\.(?:py|json)\b)")
+TOP_FILE = re.compile(r"(?<![\w/.])((?:zero_planner|benchmarks|scripts|tests)/[\w/]+\.(?:py|json|sh|md)\b)")
 
 
 def anchors(markdown: str) -> set[str]:
@@ -67,3 +71,12 @@ def test_named_paths_exist(doc):
         elif not (ROOT / name).exists():
             missing.append(name)
     assert not missing, f"{doc.name} names paths that do not exist: {sorted(set(missing))}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_files_named_in_prose_exist(doc):
+    # design.md and extending.md point a contributor at modules by path: a moved or renamed module fails here.
+    text = doc.read_text()
+    missing = {name for name in PACKAGE_FILE.findall(text) if not (ROOT / "zero_planner" / name).exists()}
+    missing |= {name for name in TOP_FILE.findall(text) if not (ROOT / name).exists()}
+    assert not missing, f"{doc.name} names files that do not exist: {sorted(missing)}"

@@ -13,6 +13,13 @@ from conftest import make_plan
 from zero_planner.plan import export
 
 
+def test_every_export_kind_has_a_writer_and_a_flag_choice():
+    # cli keeps its own tuple so that zero-plan's start-up does not import the writers; this holds the two equal.
+    from zero_planner.cli import EXPORT_CHOICES
+
+    assert EXPORT_CHOICES == tuple(export.WRITERS)
+
+
 @pytest.mark.parametrize(
     "strategy, precision, checkpointing",
     [("2", "bf16", True), ("3", "fp16", False), ("2-offload", "fp32", False)],

@@ -1,6 +1,6 @@
 """The plan file: pydantic models, load and save. `schema_version` comes first in every file.
 
-All memory figures are int bytes (DESIGN.md). Fields other code relies on are documented there; more may be
+All memory figures are int bytes (docs/design.md). Fields other code relies on are documented there; more may be
 added, but a rename or a change of meaning bumps SCHEMA_VERSION.
 """
 

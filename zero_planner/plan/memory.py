@@ -179,7 +179,7 @@ class ZeroBuffers:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per GPU (busiest rank) and per host node; see DESIGN.md for what each figure means."""
+    """Bytes per GPU (busiest rank) and per host node; see docs/design.md for what each figure means."""
 
     params_bytes: int
     gradients_bytes: int
@@ -1101,7 +1101,7 @@ def initialize_peak(spec: ModelSpec, strategy: Strategy, workload: Workload, *, 
         # partition (4Pn) and, in initialize_optimizer_states, an fp32 gradient partition (4Pn, freed again
         # unless the optimizer is offloaded, where both live on the host). Offloaded, the GPU keeps a staging
         # buffer of the largest trainable tensor (temp_grad_buffer_for_gpu_offload).
-        # The branch turns on free memory at run time, so the plan counts the worse one (DESIGN.md): the flat
+        # The branch turns on free memory at run time, so the plan counts the worse one (docs/design.md): the flat
         # buffer beside the weights, W + wP. Counting the host branch at W failed where it was relied on: Phi-3-mini
         # 2-offload planned for a T4 (initialize 7.30 GiB predicted) ran out of memory in initialize 4 times of 4 on
         # an H200 capped at the T4 less the plan's overhead, and peaked at 14.23 GiB = 2.00 W uncapped (issue 58,

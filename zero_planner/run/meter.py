@@ -1,6 +1,6 @@
 """Measured memory per phase of a zero-run: device peaks (allocated, reserved) and host RSS peaks.
 
-A run has more phases than its training step (DESIGN.md): load, initialize, resume, the training steps, eval,
+A run has more phases than its training step (docs/design.md): load, initialize, resume, the training steps, eval,
 checkpoint save and the final export each have a peak of their own. The meter closes one phase when the next
 begins: it reads torch.cuda.max_memory_allocated/max_memory_reserved and the process's peak RSS, then resets
 both counters (the RSS peak through /proc/self/clear_refs, where the kernel allows it), so every phase's figure

@@ -2,7 +2,7 @@
 
     python -m zero_planner.train --plan PLAN.json [--output-dir DIR] [--max-steps N] [--resume]
 
-One optimizer step is the reference step of DESIGN.md: forward with labels=input_ids, engine.backward,
+One optimizer step is the reference step of docs/design.md: forward with labels=input_ids, engine.backward,
 engine.step (once per micro-batch; DeepSpeed steps the optimizer at the accumulation boundary). Peaks are
 measured from just after deepspeed.initialize (and the checkpoint load), as benchmarks/gpu_step.py does.
 

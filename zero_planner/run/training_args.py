@@ -131,7 +131,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, *, run: bool = False
                        help="linear warmup: optimizer steps (100), or a share of the run (0.03)")  # fmt: skip
     group.add_argument("--epochs", type=_positive_float, default=None, metavar="N",
                        help="passes over the data (sets the run's length; --max-steps caps it)")  # fmt: skip
-    if not run:  # zero-run has its own --max-steps (DESIGN.md)
+    if not run:  # zero-run has its own --max-steps (docs/design.md)
         group.add_argument("--max-steps", type=_non_negative_int, default=None, metavar="N",
                            help="optimizer steps (default 50; 0 with --epochs: no cap)")  # fmt: skip
     group.add_argument("--save", choices=SAVE_CHOICES, default=None,
