@@ -121,15 +121,23 @@ def main() -> None:
 
     try:
         ds_config = case["deepspeed_config"]
-        model, attn = case_model(case, ds_config, device, local_rank)
+        fsdp = case.get("engine") == "fsdp2"  # PyTorch FSDP2 in place of DeepSpeed (fsdp2_engine.py)
+        # FSDP2 keeps fp32 master shards: built in fp32 on the host, each unit's shard moved to the GPU by fully_shard
+        model, attn = case_model(case, {} if fsdp else ds_config, "cpu" if fsdp else device, local_rank)
         record["attn_implementation"] = attn
         record["num_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
         record["trainable_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
         record["timing_s"]["model"] = round(time.time() - went, 2)
         host_mark("model")
-        engine, *_ = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
-        )
+        if fsdp:
+            from fsdp2_engine import Fsdp2Engine
+
+            engine = Fsdp2Engine(model, case, device)
+            record["fsdp2"] = {"layers": engine.layers, "optimizer": engine.optimizer_kind}
+        else:
+            engine, *_ = deepspeed.initialize(
+                model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config
+            )
         if on_cuda:
             torch.cuda.synchronize()
             record["after_init"] = device_stats()
@@ -311,6 +319,11 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
     from zero_planner.run.modeling import attn_implementation_for, build_training_model
 
     method, task = case.get("method", "full"), case.get("task", "causal-lm")
+    precision = case["precision"]
+    if case.get("engine") == "fsdp2":
+        if method != "full":
+            raise ValueError(f"fsdp2 cases measure full fine-tuning only so far, not {method}")
+        precision = "fp32"  # the master shards; MixedPrecisionPolicy gathers them in the case's precision
     num_labels = case.get("num_labels") if task == "seq-cls" else None
     weights = None
     attn = case.get("attn_implementation") or planned_attention(case["model_config"], case.get("model"))
@@ -325,7 +338,7 @@ def case_model(case: dict, ds_config: dict, device: str, local_rank: int):
     if method in ("lora", "qlora"):
         lora = {"r": case["lora_r"], "alpha": case["lora_alpha"], "dropout": case["lora_dropout"],
                 "target_modules": "all-linear"}  # fmt: skip
-    return build_training_model(case["model_config"], method=method, task=task, precision=case["precision"],
+    return build_training_model(case["model_config"], method=method, task=task, precision=precision,
                                 ds_config=ds_config, device=device, local_rank=local_rank, attn_implementation=attn,
                                 gradient_checkpointing=case["gradient_checkpointing"], num_labels=num_labels,
                                 weights_path=weights, lora=lora, lora_seed=0)  # fmt: skip
