@@ -10,7 +10,7 @@ from conftest import GIB, heavy_modules_after, make_plan
 
 from zero_planner import launch
 from zero_planner.launch import main, parse_hostfile
-from zero_planner.plan.command import build_launch, launch_command
+from zero_planner.plan.command import Rendezvous, build_launch, launch_command
 from zero_planner.run import launcher, preflight
 from zero_planner.run.launcher import runnable
 from zero_planner.run.preflight import Machine, fix_cuda_arch_list
@@ -41,7 +41,7 @@ def test_import_does_not_load_torch():
 
 
 def test_single_node_argv():
-    argv, env = build_launch(gpu_plan(gpus_per_node=4), plan_path="/p/plan.json", master_port=1234)
+    argv, env = build_launch(gpu_plan(gpus_per_node=4), plan_path="/p/plan.json", where=Rendezvous(master_port=1234))
     assert argv == ["deepspeed", "--num_gpus", "4", "--master_port", "1234",
                     "--module", "zero_planner.train", "--plan", "/p/plan.json"]  # fmt: skip
     assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # what the memory plan assumes
@@ -63,7 +63,8 @@ def test_cpu_plan_sets_ds_accelerator():
 def test_multi_node_argv_with_hostfile():
     plan = gpu_plan(nodes=2, gpus_per_node=8)
     hosts = parse_hostfile("# two nodes\nnode-a slots=8\nnode-b slots=8\n")
-    argv, _ = build_launch(plan, plan_path="p.json", hostfile="hosts.txt", hosts=hosts, master_port=29600)
+    where = Rendezvous(hostfile="hosts.txt", hosts=hosts, master_port=29600)
+    argv, _ = build_launch(plan, plan_path="p.json", where=where)
     assert argv[:12] == ["deepspeed", "--hostfile", "hosts.txt", "--num_nodes", "2", "--num_gpus", "8",
                          "--master_addr", "node-a", "--master_port", "29600", "--module"]  # fmt: skip
     assert launch_command(plan)[2:5] == ["deepspeed", "--hostfile", "hostfile"]
@@ -192,7 +193,7 @@ def test_preflight_refuses_qlora_on_cpu_before_any_rank_starts(tmp_path):
 
 def test_runnable_needs_no_deepspeed_script_on_path(monkeypatch):
     monkeypatch.setattr(launcher, "launcher_takes_log_level", lambda: False)
-    argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
+    argv, _ = build_launch(gpu_plan(), plan_path="p.json", where=Rendezvous(master_port=1))
     assert runnable(argv, python="/venv/bin/python")[:4] == ["/venv/bin/python", "-m", "deepspeed.launcher.runner",
                                                               "--num_gpus"]  # fmt: skip
     assert runnable(["torchrun", "x.py"]) == ["torchrun", "x.py"]
@@ -201,16 +202,16 @@ def test_runnable_needs_no_deepspeed_script_on_path(monkeypatch):
 def test_one_node_runner_is_quiet_where_deepspeed_lets_it(tmp_path):
     """DeepSpeed's runner warns on every one-node launch that it found no hostfile: --log_level error where the
     installed runner has the option (this venv's does), never with a hostfile."""
-    argv, _ = build_launch(gpu_plan(), plan_path="p.json", master_port=1)
+    argv, _ = build_launch(gpu_plan(), plan_path="p.json", where=Rendezvous(master_port=1))
     assert launcher.launcher_takes_log_level()  # deepspeed 0.19 here
     assert runnable(argv, python="py")[:6] == ["py", "-m", "deepspeed.launcher.runner", "--log_level", "error",
                                                "--num_gpus"]  # fmt: skip
     hosts = tmp_path / "hostfile"
-    argv, _ = build_launch(gpu_plan(nodes=2), plan_path="p.json", hostfile=str(hosts), master_port=1)
+    argv, _ = build_launch(gpu_plan(nodes=2), plan_path="p.json", where=Rendezvous(hostfile=str(hosts), master_port=1))
     assert "--log_level" not in runnable(argv)
     from deepspeed.launcher.runner import parse_args  # the runner's own parser accepts the command
 
-    parsed = parse_args(runnable(build_launch(gpu_plan(), plan_path="p.json", master_port=1)[0])[3:])
+    parsed = parse_args(runnable(build_launch(gpu_plan(), plan_path="p.json", where=Rendezvous(master_port=1))[0])[3:])
     assert parsed.log_level == "error" and parsed.user_script == "zero_planner.train" and parsed.module
 
 
@@ -283,8 +284,8 @@ def test_weights_missing_offline_are_refused_before_launch(tmp_path, monkeypatch
 def test_per_node_argv_is_deepspeeds_per_node_launcher():
     from deepspeed.launcher.runner import encode_world_info as deepspeeds
 
-    argv, env = build_launch(gpu_plan(nodes=2, gpus_per_node=8), plan_path="/p/plan.json", node_rank=1,
-                             master_addr="10.0.0.1", master_port=29600)  # fmt: skip
+    argv, env = build_launch(gpu_plan(nodes=2, gpus_per_node=8), plan_path="/p/plan.json",
+                             where=Rendezvous(node_rank=1, master_addr="10.0.0.1", master_port=29600))  # fmt: skip
     world = {"node0": list(range(8)), "node1": list(range(8))}
     # What `deepspeed --no_ssh --node_rank 1` runs (runner.py main), with DeepSpeed's own world encoding.
     assert argv == ["python", "-u", "-m", "deepspeed.launcher.launch", f"--world_info={deepspeeds(world)}",
@@ -303,11 +304,11 @@ def world_of(argv: list[str]) -> dict:
 
 def test_per_node_uses_this_nodes_visible_gpus():
     visible = ["4", "5", "6", "7", "0", "1", "2", "3"]
-    argv, _ = build_launch(gpu_plan(nodes=2, gpus_per_node=4), plan_path="p", node_rank=0, master_addr="a",
-                           visible_devices=visible)  # fmt: skip
+    argv, _ = build_launch(gpu_plan(nodes=2, gpus_per_node=4), plan_path="p",
+                           where=Rendezvous(node_rank=0, master_addr="a", visible_devices=visible))  # fmt: skip
     assert world_of(argv) == {"node0": ["4", "5", "6", "7"], "node1": [0, 1, 2, 3]}  # SLURM may hand out 4-7
-    argv, _ = build_launch(make_plan(gpu="cpu", nodes=2, gpus_per_node=1), plan_path="p", node_rank=1,
-                           master_addr="a", visible_devices=visible)  # fmt: skip
+    argv, _ = build_launch(make_plan(gpu="cpu", nodes=2, gpus_per_node=1), plan_path="p",
+                           where=Rendezvous(node_rank=1, master_addr="a", visible_devices=visible))  # fmt: skip
     assert world_of(argv) == {"node0": [0], "node1": [0]}  # CPU processes: no devices to pick
 
 

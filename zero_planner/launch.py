@@ -33,7 +33,7 @@ from pathlib import Path
 
 from zero_planner.errors import InputError, InputErrorParser
 from zero_planner.plan import saves
-from zero_planner.plan.command import CONFIG_FLAGS, DEFAULT_MASTER_PORT, build_launch, ds_config_path
+from zero_planner.plan.command import CONFIG_FLAGS, DEFAULT_MASTER_PORT, Rendezvous, build_launch, ds_config_path
 from zero_planner.planfile import load_plan
 from zero_planner.run import checkpoint as ckpt
 from zero_planner.run import faults, launcher, lock, preflight, probe, slurm
@@ -166,23 +166,12 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     per_node = args.node_rank is not None
     # Every node must agree on the port: a free one is picked only where one node is the whole run.
     port = args.master_port or (DEFAULT_MASTER_PORT if args.dry_run or per_node else launcher.free_port())
-    argv, env = build_launch(
-        plan,
-        plan_path=str(Path(args.plan).absolute()),
-        script=args.script,
-        script_args=script_args,
-        hostfile=args.hostfile,
-        hosts=hosts,
-        master_addr=args.master_addr,
-        master_port=port,
-        max_steps=args.max_steps,
-        output_dir=args.output_dir,
-        resume=args.resume,
-        config_flag="--" + args.config_flag,
-        overrides=overrides,
-        node_rank=args.node_rank,
-        visible_devices=preflight.visible_devices(),
-    )
+    where = Rendezvous(hostfile=args.hostfile, hosts=hosts, master_addr=args.master_addr, master_port=port,
+                       node_rank=args.node_rank, visible_devices=preflight.visible_devices())  # fmt: skip
+    argv, env = build_launch(plan, plan_path=str(Path(args.plan).absolute()), script=args.script,
+                             script_args=script_args, config_flag="--" + args.config_flag, output_dir=args.output_dir,
+                             max_steps=args.max_steps, resume=args.resume, overrides=overrides,
+                             where=where)  # fmt: skip
     shown = " ".join([*(f"{k}={v}" for k, v in sorted(env.items())), shlex.join(launcher.runnable(argv))])
     if args.dry_run:
         print(shown)

@@ -1,6 +1,6 @@
 """The `deepspeed` launcher command of a plan, as data: argv and the environment it adds, from one pure function.
 
-    build_launch(plan, plan_path=..., hostfile=..., node_rank=..., ...) -> (argv, env)
+    build_launch(plan, plan_path=..., where=Rendezvous(...), ...)    -> (argv, env)
     launch_command(plan, plan_path)                                   -> what the plan file records (launch.command)
 
 The plan file records the command (assemble.py), the hand-off files print it (export.py), zero-run spawns it
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from zero_planner.errors import InputError
@@ -39,39 +40,51 @@ def encode_world_info(world: dict[str, list]) -> str:
     return base64.urlsafe_b64encode(json.dumps(world).encode("utf-8")).decode("utf-8")
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks start and meet: one node by default (a free port picked by zero-run); several through a
+    hostfile, or one node's ranks only through DeepSpeed's per-node launcher (`node_rank`)."""
+
+    hostfile: str | None = None
+    """DeepSpeed hostfile ('HOST slots=N' lines): every node started from here (pdsh/ssh)."""
+    hosts: list[tuple[str, int]] | None = None
+    """The hostfile's (host, slots), where it was read: checked against the plan; the first is the master."""
+    master_addr: str | None = None
+    """Node 0's address (default: the hostfile's first host); needed with `node_rank`."""
+    master_port: int | None = None
+    """The rendezvous port (default DEFAULT_MASTER_PORT)."""
+    node_rank: int | None = None
+    """This node's index: start its ranks only (`python -u -m deepspeed.launcher.launch --world_info=...`)."""
+    visible_devices: Sequence[str] | None = None
+    """This node's CUDA_VISIBLE_DEVICES with `node_rank` (GPU plans): its devices, else 0..gpus_per_node-1."""
+
+
 def build_launch(
     plan: Plan,
     *,
     plan_path: str,
     script: str | None = None,
     script_args: Sequence[str] = (),
-    hostfile: str | None = None,
-    hosts: list[tuple[str, int]] | None = None,
-    num_nodes: int | None = None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    max_steps: int | None = None,
-    output_dir: str | None = None,
-    resume: bool = False,
     config_flag: str = "--deepspeed_config",
+    output_dir: str | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
     overrides: Sequence[str] = (),
-    node_rank: int | None = None,
-    visible_devices: Sequence[str] | None = None,
+    where: Rendezvous = Rendezvous(),
 ) -> tuple[list[str], dict[str, str]]:
     """Returns (argv, env): the launcher argument list and the environment variables it adds.
 
     One node: `deepspeed --num_gpus`. Several (plan.hardware.nodes > 1 or a hostfile): `--hostfile`,
-    `--num_nodes`, `--num_gpus` per node and `--master_addr` (default: the hostfile's first host, from `hosts`).
-    node_rank: this node's ranks only, through DeepSpeed's per-node launcher (`python -u -m
-    deepspeed.launcher.launch --world_info=... --node_rank=N`); `visible_devices` (this node's
-    CUDA_VISIBLE_DEVICES, GPU plans) name its devices, else 0..gpus_per_node-1.
-    `overrides`: training flags (training_args.given) passed on to zero-run's own trainer.
+    `--num_nodes`, `--num_gpus` per node and `--master_addr`; `where` says how the ranks meet (Rendezvous).
+    `script`: the user's own, given the JSON through `config_flag` (under `output_dir`); else zero-run's trainer
+    with `max_steps`, `resume` and `overrides` (training flags, training_args.given) passed on.
     """
-    hw = plan.hardware
-    nodes = num_nodes or hw.nodes
+    hw, nodes = plan.hardware, plan.hardware.nodes
+    hostfile, hosts, master_addr, master_port = where.hostfile, where.hosts, where.master_addr, where.master_port
+    node_rank = where.node_rank
     argv = ["deepspeed"]
     if node_rank is not None:
-        argv = _node_launcher(hw, nodes, node_rank, hostfile, master_addr, master_port, visible_devices)
+        argv = _node_launcher(hw, nodes, node_rank, hostfile, master_addr, master_port, where.visible_devices)
     elif nodes > 1 or hostfile:
         if not hostfile:
             raise InputError(f"the plan is for {nodes} nodes; pass --hostfile FILE listing them ('HOST slots=N')")
@@ -142,5 +155,6 @@ def launch_command(plan: Plan, plan_path: str = "plan.json") -> list[str]:
     """Returns the launcher argument list stored in the plan (`launch.command`): the environment build_launch
     adds (DS_ACCELERATOR=cpu for cpu plans, PYTORCH_CUDA_ALLOC_CONF for GPU plans) leads it as `env K=V ...`, so it
     stays one runnable command."""
-    argv, env = build_launch(plan, plan_path=plan_path, hostfile="hostfile" if plan.hardware.nodes > 1 else None)
+    hostfile = "hostfile" if plan.hardware.nodes > 1 else None
+    argv, env = build_launch(plan, plan_path=plan_path, where=Rendezvous(hostfile=hostfile))
     return ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from zero_planner.plan.command import build_launch
+from zero_planner.plan.command import Rendezvous, build_launch
 from zero_planner.planfile import CPU_DEVICE, FILE_BUILDERS, Plan
 
 DS_CONFIG_FILE = "ds_config.json"
@@ -140,9 +140,8 @@ def hf_trainer_launch(plan: Plan, ds_config_path: str = DS_CONFIG_FILE, script: 
             value = json.dumps(value)  # TrainingArguments parses JSON strings for its dict fields
         flags += [f"--{key}", str(value)]
     hostfile = "hostfile" if plan.hardware.nodes > 1 else None
-    argv, env = build_launch(
-        plan, plan_path="", script=script, script_args=flags, hostfile=hostfile, config_flag="--deepspeed"
-    )
+    argv, env = build_launch(plan, plan_path="", script=script, script_args=flags, config_flag="--deepspeed",
+                             where=Rendezvous(hostfile=hostfile))  # fmt: skip
     # build_launch names the JSON under the plan's output_dir (zero-run --script writes it there); here the
     # JSON is the one written beside this launch line.
     argv[argv.index("--deepspeed") + 1] = ds_config_path
@@ -565,7 +564,8 @@ def trl_launch(plan: Plan, script: str = TRL_SCRIPT) -> list[str]:
     """Returns the launch line: the `deepspeed` launcher as zero-run builds it, then the script (which names its
     DeepSpeed JSON in SFTConfig itself)."""
     hostfile = "hostfile" if plan.hardware.nodes > 1 else None
-    argv, env = build_launch(plan, plan_path="", script=script, hostfile=hostfile, config_flag="--deepspeed")
+    argv, env = build_launch(plan, plan_path="", script=script, config_flag="--deepspeed",
+                             where=Rendezvous(hostfile=hostfile))  # fmt: skip
     argv = argv[: argv.index(script) + 1]
     return [*(f"{k}={v}" for k, v in sorted(env.items())), *argv] if env else argv
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from zero_planner.errors import InputError
-from zero_planner.plan.command import build_launch, launch_command
+from zero_planner.plan.command import Rendezvous, build_launch, launch_command
 from zero_planner.plan.dsconfig import build_ds_config, with_monitor
 from zero_planner.planfile import Candidate, Plan, ProbeAttempt, ProbeResult, ProbeSummary, load_plan, save_plan
 from zero_planner.run import launcher, preflight
@@ -309,9 +309,9 @@ class LaunchRunner:
 
     def argv(self, plan: Plan, plan_path: Path, output_dir: Path, port: int) -> tuple[list[str], dict[str, str]]:
         """Returns (argv, env) of one probe launch: zero-run's command with the probe's rank module."""
-        argv, env = build_launch(plan, plan_path=str(plan_path), hostfile=self.hostfile, hosts=self.hosts,
-                                 master_addr=self.master_addr, master_port=port, max_steps=self.steps,
-                                 output_dir=str(output_dir))  # fmt: skip
+        where = Rendezvous(hostfile=self.hostfile, hosts=self.hosts, master_addr=self.master_addr, master_port=port)
+        argv, env = build_launch(plan, plan_path=str(plan_path), max_steps=self.steps, output_dir=str(output_dir),
+                                 where=where)  # fmt: skip
         argv[argv.index("--module") + 1] = RANK_MODULE
         return argv, env
 
