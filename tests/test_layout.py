@@ -308,14 +308,12 @@ MAX_PARAMS, MAX_LINES = 10, 80
 """Issue 60's targets: no function in zero_planner/ over 10 parameters (self and cls not counted) or 80 lines."""
 
 OVER_THE_LIMITS = {
-    "run.modeling:build_training_model": (15, 0), "run.train:_train_loop": (15, 0),
-    "plan.saves:disk_need": (13, 0), "plan.memory:run_phase_peaks": (12, 0), "run.train:_start_line": (12, 0),
-    "run.train:_eval_and_save": (12, 0), "plan.memory:host_parts": (11, 0), "run.train:_report": (11, 0),
-    "run.train:_save": (11, 0),
+    "run.modeling:build_training_model": (15, 0), "plan.saves:disk_need": (13, 0),
+    "plan.memory:run_phase_peaks": (12, 0), "plan.memory:host_parts": (11, 0), "run.train:_save": (11, 0),
     "cli:build_parser": (0, 164), "plan.memory:model_states": (0, 130), "models.activations:_saved_bytes": (0, 119),
     "cli:run": (0, 104), "models.analytic:lora_16bit_activations": (0, 115), "plan.advice:advice": (0, 108),
     "launch:run": (0, 91), "plan.memory:activation_bytes": (0, 99), "plan.userconfig:estimate_config": (0, 82),
-    "plan.memory:estimate_memory": (0, 97), "run.train:train": (0, 85), "models.analytic:sdpa_16bit_activations": (0, 84),
+    "plan.memory:estimate_memory": (0, 97), "run.train:train": (0, 83), "models.analytic:sdpa_16bit_activations": (0, 84),
 }
 """The functions still over a limit, as (parameters, lines) where over it (0 where within): a ratchet. A function
 may shrink, and then its entry must shrink or go; none may grow, and no new one may join."""

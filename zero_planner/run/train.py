@@ -293,18 +293,17 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False,
         # Init-time transients are returned to the device before training (the steps' peaks are their own).
         torch.cuda.empty_cache()
     meter.enter("train")
+    run = Run(engine, plan, ranks, meter, console, inputs, output_dir=output_dir, max_steps=max_steps, stage=stage,
+              warm=timing_warmup_steps(stage, accum), node_local=node_local, resumed_from=resumed_from)  # fmt: skip
 
     if node_local:
         console.print(f"checkpoints: node-local (the nodes do not share {output_dir}; each saves its own part there)")
-    console.print(_start_line(plan, inputs, ds_config, output_dir, attn=attn, world=ranks.world_size, stage=stage,
-                              trainable=trainable, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
-                              start_step=start_step, max_steps=max_steps))  # fmt: skip
+    console.print(_start_line(run, ds_config, attn=attn, trainable=trainable, steps_per_epoch=steps_per_epoch,
+                              warmup_steps=warmup_steps, start_step=start_step))  # fmt: skip
     state = LoopState(step=start_step, losses=losses, eval_losses=evals, resumed_from_step=start_step,
                       writers=writers)
-    warm = timing_warmup_steps(stage, accum)  # steps left out of tokens/s
     try:
-        _train_loop(engine, plan, ranks, meter, console, stop, state, inputs=inputs, order=order, ckpt_dir=ckpt_dir,
-                    max_steps=max_steps, warm=warm, peft=peft, node_local=node_local, resumed_from=resumed_from)  # fmt: skip
+        _train_loop(run, stop, state, order)
         # A resumed run that has nothing left to train still exports when the last run's export is missing or cut.
         if saves.exports_model(t.save, interrupted=state.interrupted) and (
             state.step > start_step or _export_missing(plan, ranks, output_dir, stage=stage, peft=peft, console=console)
@@ -318,8 +317,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False,
     except Exception as error:  # noqa: BLE001 - a fault (disk, folder, lost peer) becomes one line; others re-raise
         _leave_on_fault(plan, output_dir, ranks, state, error)
     try:
-        _report(engine, plan, ranks, meter, console, state, inputs, output_dir=output_dir, warm=warm, peft=peft,
-                node_local=node_local)  # fmt: skip
+        _report(run, state)
     except Exception as error:  # noqa: BLE001
         state.phase = "report"
         _leave_on_fault(plan, output_dir, ranks, state, error)
@@ -491,11 +489,11 @@ def _log_by_step(engine) -> None:
     monitor.write_events = write_by_step
 
 
-def _start_line(plan: Plan, inputs: RunInputs, ds_config: dict[str, Any], output_dir: Path, *, attn: str, world: int,
-                stage: int, trainable, steps_per_epoch: float, warmup_steps: int, start_step: int,
-                max_steps: int) -> str:  # fmt: skip
+def _start_line(run: Run, ds_config: dict[str, Any], *, attn: str, trainable, steps_per_epoch: float,
+                warmup_steps: int, start_step: int) -> str:  # fmt: skip
     """Returns the line a run starts with: model and how it was loaded, strategy, method, batch shape, data,
     tokenizer, learning rate, steps, what it keeps, where it logs."""
+    plan, inputs, stage, world, max_steps = run.plan, run.inputs, run.stage, run.ranks.world_size, run.max_steps
     t = plan.training
     source = inputs.source
     loaded = f"pretrained from {source}{', partitioned while loading' if stage == 3 else ''}" if source else "random init"
@@ -510,8 +508,41 @@ def _start_line(plan: Plan, inputs: RunInputs, ds_config: dict[str, Any], output
         f"tokenizer {inputs.tokenizer.name}); lr {t.learning_rate:g} {t.lr_scheduler}, warmup {warmup_steps}; "
         f"steps {start_step}->{max_steps}; "
         f"keeps {saves.save_summary(t.save, t.save_every, t.save_total_limit, adapters=peft)}"
-        f"{_monitor_text(ds_config, output_dir)}"
+        f"{_monitor_text(ds_config, run.output_dir)}"
     )
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the parts of one run read once its engine is built and resumed: the engine and plan, this rank among the
+    ranks, the phase meter, the console, the inputs, where it writes and how far it trains."""
+
+    engine: Any
+    plan: Plan
+    ranks: Ranks
+    meter: Any
+    """run/meter.py's PhaseMeter: each phase's peaks."""
+    console: Any
+    inputs: RunInputs
+    output_dir: Path
+    max_steps: int
+    """The optimizer step the run trains to (run_length: --max-steps, or --epochs over the data)."""
+    stage: int
+    """The ZeRO stage of the run's DeepSpeed JSON."""
+    warm: int
+    """Steps left out of tokens/s (throughput.warmup_steps)."""
+    node_local: bool
+    """Each node saves its own part of a checkpoint (the nodes share no output folder)."""
+    resumed_from: Path | None
+    """The checkpoint this run continued from, which --save-total-limit never prunes; None from the start."""
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.output_dir / ckpt.CHECKPOINTS_DIR
+
+    @property
+    def peft(self) -> bool:
+        return self.plan.training.method in ("lora", "qlora")
 
 
 @dataclass(frozen=True)
@@ -573,9 +604,7 @@ def eval_due(step: int, *, max_steps: int, eval_every: int, saving: bool, stoppi
     return not stopping and (step == max_steps or (step % eval_every == 0 if eval_every else saving))
 
 
-def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequest, state: LoopState, *,
-                inputs: RunInputs, order, ckpt_dir: Path, max_steps: int, warm: int, peft: bool, node_local: bool,
-                resumed_from: Path | None) -> None:  # fmt: skip
+def _train_loop(run: Run, stop: StopRequest, state: LoopState, order) -> None:
     """Trains from state.step to `max_steps` optimizer steps, or until a rank is asked to stop; records in `state`
     each step's loss and time, and evaluates and saves where due (_eval_and_save).
 
@@ -583,6 +612,8 @@ def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequ
     optimizer at the accumulation boundary). The next micro-batch is copied to the device while it works."""
     import torch
 
+    engine, plan, ranks, meter, console, inputs = run.engine, run.plan, run.ranks, run.meter, run.console, run.inputs
+    max_steps, warm = run.max_steps, run.warm
     t = plan.training
     accum = t.gradient_accumulation_steps
     tokens_per_step = ranks.world_size * t.micro_batch_size * accum * t.seq_len
@@ -645,9 +676,7 @@ def _train_loop(engine, plan: Plan, ranks: Ranks, meter, console, stop: StopRequ
                 console.print(f"step {step}/{max_steps}  {info}")
             _monitor_step(engine, meter, loss=step_loss, lr=step_lr, tokens_per_second=tokens_per_step / elapsed)
             state.stopping = ranks.any(stop.signum)
-            _eval_and_save(engine, plan, ranks, meter, console, state, eval_blocks=inputs.eval_blocks,
-                           ckpt_dir=ckpt_dir, max_steps=max_steps, peft=peft, node_local=node_local,
-                           resumed_from=resumed_from)  # fmt: skip
+            _eval_and_save(run, state)
             if state.stopping:
                 break
 
@@ -678,11 +707,12 @@ def _step_info(state: LoopState, *, step_loss: float, step_lr: float, elapsed: f
             f"eta {_duration((max_steps - state.step) * step_s)}  mem {_mem_text(on_cuda)}")  # fmt: skip
 
 
-def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, *, eval_blocks,
-                   ckpt_dir: Path, max_steps: int, peft: bool, node_local: bool,
-                   resumed_from: Path | None) -> None:  # fmt: skip
+def _eval_and_save(run: Run, state: LoopState) -> None:
     """After optimizer step state.step: evaluates where due (eval_due; phase eval), then saves a checkpoint where
     training.save asks for one (saves.checkpoint_due, a stop included; phase save)."""
+    engine, plan, ranks, meter, console, max_steps = run.engine, run.plan, run.ranks, run.meter, run.console, \
+        run.max_steps  # fmt: skip
+    eval_blocks, ckpt_dir = run.inputs.eval_blocks, run.ckpt_dir
     t = plan.training
     step = state.step
     saving = saves.checkpoint_due(t.save, step, max_steps, t.save_every, stopping=bool(state.stopping))
@@ -697,8 +727,8 @@ def _eval_and_save(engine, plan: Plan, ranks: Ranks, meter, console, state: Loop
     if saving:
         state.phase = "save"
         meter.enter("save")
-        state.writers.save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=peft,
-                           node_local=node_local, resumed_from=resumed_from, eval_losses=state.eval_losses)
+        state.writers.save(engine, ckpt_dir, step, state.losses, ranks, ranks.world_size, plan, peft=run.peft,
+                           node_local=run.node_local, resumed_from=run.resumed_from, eval_losses=state.eval_losses)
         meter.enter("train")
         console.print(f"checkpoint {ckpt_dir / ckpt.tag_for(step)}")
 
@@ -769,14 +799,14 @@ def _planned_checkpoint_bytes(plan: Plan) -> int:
     return run_disk_need(plan).checkpoint_bytes
 
 
-def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, inputs: RunInputs, *,
-            output_dir: Path, warm: int, peft: bool, node_local: bool) -> None:  # fmt: skip
+def _report(run: Run, state: LoopState) -> None:
     """Gathers every rank's measured peaks; rank 0 writes run_report.json and its page, prints the tables (and how
     to continue after an interruption), and closes the monitor."""
-    all_stats = ranks.gather(_rank_stats(ranks.rank, ranks.on_cuda, meter, state))
+    plan, ranks, console, output_dir = run.plan, run.ranks, run.console, run.output_dir
+    all_stats = ranks.gather(_rank_stats(ranks.rank, ranks.on_cuda, run.meter, state))
     if ranks.rank != 0:
         return
-    report = run_report(plan, all_stats, state, inputs, warm=warm, node_local=node_local,
+    report = run_report(plan, all_stats, state, run.inputs, warm=run.warm, node_local=run.node_local,
                         device=_device_name(ranks.on_cuda), versions=_versions())  # fmt: skip
     ckpt.write_json_atomic(output_dir / "run_report.json", report)
     _write_run_page(output_dir, report, console)
@@ -790,7 +820,7 @@ def _report(engine, plan: Plan, ranks: Ranks, meter, console, state: LoopState, 
         # What was kept and the exact command that goes on: zero-run's own line after this (launch._explain_exit),
         # which knows the --output-dir and overrides the ranks were not given.
         console.print(f"zero-run: stopped at step {state.step}")
-    _close_monitor(engine)
+    _close_monitor(run.engine)
 
 
 def run_report(plan: Plan, all_stats: list[dict[str, Any]], state: LoopState, inputs: RunInputs, *, warm: int,
