@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
 README_MAX_LINES = 250  # issue 28: the README is the front door; narratives live in docs/
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -80,3 +80,13 @@ def test_files_named_in_prose_exist(doc):
     missing = {name for name in PACKAGE_FILE.findall(text) if not (ROOT / "zero_planner" / name).exists()}
     missing |= {name for name in TOP_FILE.findall(text) if not (ROOT / name).exists()}
     assert not missing, f"{doc.name} names files that do not exist: {sorted(missing)}"
+
+
+def test_every_benchmark_is_listed_in_benchmarks_readme():
+    # benchmarks/README.md says which to run when (gates, GPU harnesses, suites and fits, studies): a new script, shell
+    # file or folder must join one of its lists.
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    named = set(re.findall(r"`([\w.-]+?)(?:/| [^`]*)?`", text))
+    here = {p.name for p in (ROOT / "benchmarks").iterdir() if not p.name.startswith(("_", "."))}
+    here -= {"README.md", "step_time_validation.json", "suites", "__pycache__"}
+    assert here <= named, f"benchmarks/README.md lists none of: {sorted(here - named)}"
