@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict DeepSpeed ZeRO memory per GPU, choose the strategy and batch that fit, write the plan.",
         epilog="Exit status: 0 a plan fits, 1 nothing fits (the output says what would), 2 bad input.",
     )
+    _model_and_gpus(parser)
+    _search_options(parser)
+    _method_options(parser)
+    _given_configs(parser)
+    _output_options(parser)
+    add_training_arguments(parser)
+    return parser
+
+
+def _model_and_gpus(parser: argparse.ArgumentParser) -> None:
+    """The model, and the GPUs to plan for (or the clusters to compare)."""
     parser.add_argument(
         "--model",
         default=None,
@@ -127,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GPU=PRICE,...",
         help="with --compare: price per GPU-hour of each GPU type (H100=2.5,A100-80GB=1.8): adds the cost",
     )
+
+
+def _search_options(parser: argparse.ArgumentParser) -> None:
+    """What the search tries: sequence, batch, checkpointing, precision, strategy, host memory."""
     parser.add_argument(
         "--seq-len",
         type=positive_int,
@@ -164,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="host memory per node available for offload, e.g. 29GiB (default: detected or assumed)",
     )
+
+
+def _method_options(parser: argparse.ArgumentParser) -> None:
+    """Full fine-tuning, LoRA or QLoRA, the adapters' settings, and the task."""
     _choice_option(parser, "--method", METHOD_CHOICES, default="full",
                    help="full fine-tuning, LoRA, QLoRA (4-bit NF4 base), or auto: the first of these that fits")  # fmt: skip
     parser.add_argument("--lora-r", type=positive_int, default=16, metavar="R", help="LoRA rank (default 16)")
@@ -180,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-labels", type=positive_int, default=2, metavar="N", help="seq-cls: classes of the head (default 2)"
     )
     _choice_option(parser, "--task", TASK_CHOICES, default="causal-lm")
+
+
+def _given_configs(parser: argparse.ArgumentParser) -> None:
+    """Estimate a given config instead of choosing: a DeepSpeed JSON or another tool's file."""
     parser.add_argument(
         "--ds-config",
         default=None,
@@ -219,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ds-config/--from-*: your training loop holds the model's outputs through backward and the "
         "step (outputs = model(**batch); backward(outputs.loss)), so their logits stay alive a step longer",
     )
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    """What is printed and written: the plan file, JSON, table width, exports, probe, validation."""
     parser.add_argument(
         "-o",
         "--output",
@@ -255,8 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also check the DeepSpeed JSON with DeepSpeed's own config parser (imports deepspeed)",
     )
-    add_training_arguments(parser)
-    return parser
 
 
 def _tokens(text: str) -> int:
