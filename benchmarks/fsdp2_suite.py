@@ -57,7 +57,7 @@ def suite(settings, *, gpu: str, host: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", required=True)
     parser.add_argument("--gpu", default="H100")
     parser.add_argument("--host-gib", type=int, default=120, help="host memory of the GPU machine (default 120)")
