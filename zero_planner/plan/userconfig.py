@@ -167,6 +167,30 @@ def _loop_note(ev, strategy: Strategy, ckpt: bool, micro: int, accum: int, memor
             f"{verdict}: --loop-keeps-outputs")  # fmt: skip
 
 
+def _batch_shape(ds_config: dict[str, Any], world: int, micro_batch: int | None) -> tuple[int, int, str | None]:
+    """Returns (micro-batch, accumulation, note) of a DeepSpeed JSON on `world` ranks: its own values, the micro-batch
+    from train_batch_size where only that is given, `micro_batch` (--micro-batch) where it says "auto"; the note
+    says where its train_batch_size does not add up. Raises InputError where no micro-batch can be had."""
+    micro = _int_field(ds_config, "train_micro_batch_size_per_gpu")
+    accum = _int_field(ds_config, "gradient_accumulation_steps")
+    total = _int_field(ds_config, "train_batch_size")
+    if micro is None and total is not None:
+        micro = total // ((accum or 1) * world) or None
+    micro = micro or micro_batch
+    if micro is None:
+        raise InputError('--ds-config sets no train_micro_batch_size_per_gpu (or it is "auto"); give --micro-batch N')
+    if accum is None:
+        accum = max(1, total // (micro * world)) if total is not None else 1
+    if total is None or total == micro * accum * world:
+        return micro, accum, None
+    # Memory depends on the micro-batch only; DeepSpeed would refuse the mismatch, so the plan's copy is fixed.
+    return micro, accum, (
+        f"--ds-config: train_batch_size({total}) != train_micro_batch_size_per_gpu({micro}) * "
+        f"gradient_accumulation_steps({accum}) * world_size({world}), which DeepSpeed rejects; the plan's copy "
+        f"says train_batch_size {micro * accum * world}"
+    )
+
+
 def estimate_config(
     spec: ModelSpec, cluster: Cluster, ds_config: dict[str, Any], request: PlanRequest
 ) -> ConfigEstimate:
@@ -181,24 +205,7 @@ def estimate_config(
     seq_len, method, task, grad_ckpt = r.seq_len, r.method, r.task, bool(r.grad_ckpt)
     world = cluster.world_size
     strategy = config_strategy(ds_config)
-    micro = _int_field(ds_config, "train_micro_batch_size_per_gpu")
-    accum = _int_field(ds_config, "gradient_accumulation_steps")
-    total = _int_field(ds_config, "train_batch_size")
-    if micro is None and total is not None:
-        micro = total // ((accum or 1) * world) or None
-    micro = micro or r.micro_batch
-    if micro is None:
-        raise InputError('--ds-config sets no train_micro_batch_size_per_gpu (or it is "auto"); give --micro-batch N')
-    if accum is None:
-        accum = max(1, total // (micro * world)) if total is not None else 1
-    batch_note = None
-    if total is not None and total != micro * accum * world:
-        # Memory depends on the micro-batch only; DeepSpeed would refuse the mismatch, so the plan's copy is fixed.
-        batch_note = (
-            f"--ds-config: train_batch_size({total}) != train_micro_batch_size_per_gpu({micro}) * "
-            f"gradient_accumulation_steps({accum}) * world_size({world}), which DeepSpeed rejects; the plan's copy "
-            f"says train_batch_size {micro * accum * world}"
-        )
+    micro, accum, batch_note = _batch_shape(ds_config, world, r.micro_batch)
     check_inputs(
         spec, seq_len=seq_len, micro_batch=micro, global_batch=None, world_size=world, method=method, task=task
     )
