@@ -20,7 +20,7 @@ from zero_planner.hardware import Cluster
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.fit import gpu_limit_bytes, host_limit_bytes, why_not
 from zero_planner.plan.memory import MemoryEstimate, Workload, ZeroBuffers, estimate_memory, param_adapters
-from zero_planner.plan.throughput import Calibration, StepTime, estimate_step_time
+from zero_planner.plan.throughput import StepTime, estimate_step_time
 from zero_planner.plan.request import PlanRequest
 from zero_planner.planfile import LoraInfo, Plan
 from zero_planner.strategies import Strategy
