@@ -178,24 +178,7 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
         print(json.dumps(plan.deepspeed_config, indent=2))
         return 0
 
-    # DeepSpeed's own parser, as each rank's deepspeed.initialize would, on the accelerator the ranks are given
-    check_deepspeed_config(plan, args.plan, accelerator=env.get("DS_ACCELERATOR"))
-    if args.script is None and (plan.hardware.nodes == 1 or per_node) and preflight._hub_offline():
-        preflight.check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
-    machine = preflight.probe_machine(plan, output_dir)
-    resuming = args.resume and args.script is None
-    existing = ckpt.usable_checkpoints(Path(output_dir) / ckpt.CHECKPOINTS_DIR) if resuming else []
-    start_step = existing[0][0] if existing else 0
-    problems = preflight.preflight(plan, machine, output_dir=output_dir, start_step=start_step, resume=args.resume,
-                                   own_loop=args.script is None, existing_checkpoints=len(existing))  # fmt: skip
-    note = preflight.fix_launch_env(plan, env, machine)
-    if note:
-        print(f"zero-run: note: {note}", file=sys.stderr)
-    if per_node and not problems:
-        wait_s = args.master_wait if args.master_wait is not None else preflight.MASTER_WAIT_S
-        problem = preflight.check_rendezvous(args.node_rank, args.master_addr, port, wait_s=wait_s,
-                                   say=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
-        problems += [problem] if problem else []
+    problems = _refusals(plan, args, env, output_dir, port)
     if problems:
         where = f"node {args.node_rank}: " if per_node else ""
         for line in problems:
@@ -223,6 +206,33 @@ def run(args: argparse.Namespace, script_args: Sequence[str] = ()) -> int:
     finally:
         held.release()
         shutil.rmtree(fault_dir, ignore_errors=True)
+
+
+def _refusals(plan, args: argparse.Namespace, env: dict[str, str], output_dir: str, port: int) -> list[str]:
+    """Returns why this machine cannot launch the plan now (preflight: memory, disk, data, the checkpoint resumed
+    from, and for a per-node launch node 0's rendezvous); [] when it can. DeepSpeed's own parser and offline
+    sources are checked first (InputError: exit 2), and `env` is fixed for this machine (preflight.fix_launch_env,
+    its note printed)."""
+    per_node = args.node_rank is not None
+    # DeepSpeed's own parser, as each rank's deepspeed.initialize would, on the accelerator the ranks are given
+    check_deepspeed_config(plan, args.plan, accelerator=env.get("DS_ACCELERATOR"))
+    if args.script is None and (plan.hardware.nodes == 1 or per_node) and preflight._hub_offline():
+        preflight.check_sources_offline(plan)  # one line and exit 2 now, rather than from inside the ranks
+    machine = preflight.probe_machine(plan, output_dir)
+    resuming = args.resume and args.script is None
+    existing = ckpt.usable_checkpoints(Path(output_dir) / ckpt.CHECKPOINTS_DIR) if resuming else []
+    start_step = existing[0][0] if existing else 0
+    problems = preflight.preflight(plan, machine, output_dir=output_dir, start_step=start_step, resume=args.resume,
+                                   own_loop=args.script is None, existing_checkpoints=len(existing))  # fmt: skip
+    note = preflight.fix_launch_env(plan, env, machine)
+    if note:
+        print(f"zero-run: note: {note}", file=sys.stderr)
+    if per_node and not problems:
+        wait_s = args.master_wait if args.master_wait is not None else preflight.MASTER_WAIT_S
+        problem = preflight.check_rendezvous(args.node_rank, args.master_addr, port, wait_s=wait_s,
+                                   say=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+        problems += [problem] if problem else []
+    return problems
 
 
 def check_deepspeed_config(plan, path: str, *, accelerator: str | None = None) -> None:
