@@ -313,7 +313,7 @@ OVER_THE_LIMITS = {
     "plan.memory:model_states": (0, 130), "models.activations:_saved_bytes": (0, 119),
     "cli:run": (0, 104), "models.analytic:lora_16bit_activations": (0, 115), "plan.advice:advice": (0, 108),
     "plan.memory:activation_bytes": (0, 99),
-    "plan.memory:estimate_memory": (0, 97), "run.train:train": (0, 83), "models.analytic:sdpa_16bit_activations": (0, 84),
+    "plan.memory:estimate_memory": (0, 97), "models.analytic:sdpa_16bit_activations": (0, 84),
 }
 """The functions still over a limit, as (parameters, lines) where over it (0 where within): a ratchet. A function
 may shrink, and then its entry must shrink or go; none may grow, and no new one may join."""

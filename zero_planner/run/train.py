@@ -304,14 +304,7 @@ def train(plan: Plan, *, output_dir: Path, max_steps: int, resume: bool = False,
                       writers=writers)
     try:
         _train_loop(run, stop, state, order)
-        # A resumed run that has nothing left to train still exports when the last run's export is missing or cut.
-        if saves.exports_model(t.save, interrupted=state.interrupted) and (
-            state.step > start_step or _export_missing(plan, ranks, output_dir, stage=stage, peft=peft, console=console)
-        ):
-            state.phase = "export"
-            meter.enter("export")
-            _export_final(engine, plan, ranks, output_dir, inputs.tokenizer, stage=stage, peft=peft, step=state.step,
-                          writers=writers)
+        _export_final(run, state, start_step)
     except torch.OutOfMemoryError as error:
         _leave_out_of_memory(plan, output_dir, rank=ranks.rank, phase=state.phase, step=state.step + 1, error=error)
     except Exception as error:  # noqa: BLE001 - a fault (disk, folder, lost peer) becomes one line; others re-raise
@@ -758,12 +751,21 @@ def _export_missing(plan: Plan, ranks: Ranks, output_dir: Path, *, stage: int, p
     return why is not None
 
 
-def _export_final(engine, plan: Plan, ranks: Ranks, output_dir: Path, tokenizer, *, stage: int, peft: bool,
-                  step: int, writers: Writers) -> None:  # fmt: skip
-    """Writes the final model: with adapters the peft adapter folder (final-adapter/) and, where the base can be
-    merged (saves.exports_merged_model), the merged model (final/); otherwise the consolidated model (final/).
-    Each folder is written beside its place, read back, marked with `step`, and renamed into place
-    (checkpoint.finish_export)."""
+def _export_final(run: Run, state: LoopState, start_step: int) -> None:
+    """Writes the final model where the save policy exports one (saves.exports_model) and this run trained, or the
+    last run's export is missing or cut (_export_missing: a resumed run with nothing left to train): with adapters
+    the peft adapter folder (final-adapter/) and, where the base can be merged (saves.exports_merged_model), the
+    merged model (final/); otherwise the consolidated model (final/). Each folder is written beside its place, read
+    back, marked with the step, and renamed into place (checkpoint.finish_export). Phase export."""
+    plan, ranks, output_dir, stage, peft = run.plan, run.ranks, run.output_dir, run.stage, run.peft
+    if not saves.exports_model(plan.training.save, interrupted=state.interrupted):
+        return
+    if state.step == start_step and not _export_missing(plan, ranks, output_dir, stage=stage, peft=peft,
+                                                        console=run.console):  # fmt: skip
+        return
+    state.phase = "export"
+    run.meter.enter("export")
+    writers, engine, tokenizer, step = state.writers, run.engine, run.inputs.tokenizer, state.step
     if peft:
         writers.export_adapter(engine, output_dir / "final-adapter", ranks, plan, tokenizer, step=step)
         if saves.exports_merged_model(plan.training.method, stage):
