@@ -533,3 +533,16 @@ def test_a_negative_value_is_named_not_read_as_a_missing_argument(argv, named, c
     assert main(["--model", "llama-tiny", "--gpus", "cpu:2", *argv]) == 2
     err = capsys.readouterr().err
     assert named in err and "expected one argument" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("module", ["zero_planner.cli", "zero_planner.launch"])
+def test_a_reader_that_goes_away_ends_the_output_without_a_traceback(module, tmp_path):
+    # `zero-plan ... --json | head` and `zero-run PLAN --dry-run | head`: the pipe closes before the output is written.
+    plan = tmp_path / "plan.json"
+    assert main(["--model", "gpt2", "--gpus", "2xT4", "--seq-len", "512", "-o", str(plan)]) == 0
+    argv = ["--model", "gpt2", "--gpus", "2xT4", "--json"] if module == "zero_planner.cli" else [str(plan), "--dry-run"]
+    proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)  # fmt: skip
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in stderr, stderr  # 128 + SIGPIPE, as cat and grep exit there

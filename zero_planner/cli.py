@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from zero_planner.errors import InputError, InputErrorParser, closest
+from zero_planner.errors import InputError, InputErrorParser, closest, left_by_the_reader
 from zero_planner.hardware import GPU_SPEC_FORMS, parse_gpus
 from zero_planner.planfile import Plan, plan_json, save_plan
 from zero_planner.run.training_args import (
@@ -689,6 +689,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the output's reader went away (zero-plan ... | head): no traceback for that
+        return left_by_the_reader()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,21 @@ class InputError(ValueError):
     """Bad user input. The CLI prints the message on one line and exits with status 2."""
 
 
+EXIT_CLOSED_PIPE = 141
+"""What zero-plan and zero-run exit with when the reader of their output went away (`zero-plan ... | head`): the
+status of a program SIGPIPE ends (128 + 13), as `cat` and `grep` give in that pipe."""
+
+
+def left_by_the_reader() -> int:
+    """Returns EXIT_CLOSED_PIPE after pointing stdout at /dev/null, so that Python's own flush at exit does not fail
+    again on the closed pipe and print a traceback (the recipe of the Python docs, signal module, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_CLOSED_PIPE
+
+
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """Returns up to `n` of `choices` closest to `name` (case-insensitive), best first, original spelling."""
     by_lower: dict[str, str] = {}

@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from zero_planner.errors import InputError, InputErrorParser
+from zero_planner.errors import InputError, InputErrorParser, left_by_the_reader
 from zero_planner.plan import saves
 from zero_planner.plan.command import CONFIG_FLAGS, DEFAULT_MASTER_PORT, Rendezvous, build_launch, ds_config_path
 from zero_planner.planfile import load_plan
@@ -388,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         print(f"zero-run: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the output's reader went away (zero-run --dry-run | head): no traceback for that
+        return left_by_the_reader()
 
 
 if __name__ == "__main__":
