@@ -12,6 +12,7 @@ from __future__ import annotations
 from zero_planner.errors import InputError, closest
 from zero_planner.hardware import Cluster
 from zero_planner.models.spec import ModelSpec
+from zero_planner.planfile import LoraInfo
 from zero_planner.strategies import STRATEGIES, Strategy
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
@@ -19,6 +20,12 @@ METHODS = ("full", "lora", "qlora", "auto")
 ADAPTER_METHODS = ("lora", "qlora")
 TASKS = ("causal-lm", "seq-cls")
 STAGES = ("auto", *STRATEGIES)
+
+
+def adapter_lora(method: str, lora: LoraInfo | None) -> LoraInfo:
+    """Returns the adapters an adapter `method` (lora, qlora) trains: `lora` (LoraInfo's defaults where None) on a
+    4-bit NF4 base for qlora, a 16-bit one for lora."""
+    return (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
 
 
 def resolve_precision(precision: str, cluster: Cluster) -> str:

@@ -722,7 +722,9 @@ def with_adapter(imported: ImportedConfig, method: str, lora: LoraInfo | None) -
         return imported
     if method == "auto":
         raise InputError(f"--method auto chooses a method; with {FLAGS[imported.tool]} give full, lora or qlora")
-    lora = (lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
+    from zero_planner.plan.checks import adapter_lora
+
+    lora = adapter_lora(method, lora)
     targets = lora.target_modules if isinstance(lora.target_modules, str) else ",".join(lora.target_modules)
     note = (f"--method {method}: {GIVEN_BY[imported.tool]} holds no adapter (your script's peft config does): rank "
             f"{lora.r}, alpha {lora.alpha}, dropout {lora.dropout:g}, targets {targets} (--lora-r, --lora-alpha, "

@@ -25,12 +25,12 @@ from zero_planner.hardware import Cluster
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.advice import _ckpt_text, advice
 from zero_planner.plan.assemble import build_plan
-from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision, resolve_strategies
+from zero_planner.plan.checks import (ADAPTER_METHODS, adapter_lora, check_inputs, resolve_precision,
+                                     resolve_strategies)  # fmt: skip
 from zero_planner.plan.fit import _gib
 from zero_planner.plan.memory import adapted_linears, param_adapters, sdpa_math_kernel, trainable_params
 from zero_planner.plan.options import Evaluator, Option, PlanResult, known_failure
 from zero_planner.plan.request import PlanRequest
-from zero_planner.planfile import LoraInfo
 from zero_planner.strategies import STRATEGIES, Strategy
 
 MAX_MICRO_BATCH = 64
@@ -179,10 +179,7 @@ def plan(spec: ModelSpec, cluster: Cluster, request: PlanRequest) -> PlanResult:
     precision = resolve_precision(r.precision, cluster)
     strategies = resolve_strategies(r.stage)
     ckpts = [False, True] if r.grad_ckpt is None else [r.grad_ckpt]
-    if method in ADAPTER_METHODS:
-        lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
-    else:
-        lora = None
+    lora = adapter_lora(method, r.lora) if method in ADAPTER_METHODS else None
     ev = Evaluator(spec, cluster, r.but(precision=precision, lora=lora))
 
     options, batch_notes = [], {}

@@ -15,13 +15,13 @@ from zero_planner.errors import InputError, read_mapping
 from zero_planner.hardware import Cluster
 from zero_planner.models.spec import ModelSpec
 from zero_planner.plan.assemble import _assemble, candidate
-from zero_planner.plan.checks import ADAPTER_METHODS, check_inputs, resolve_precision
+from zero_planner.plan.checks import ADAPTER_METHODS, adapter_lora, check_inputs, resolve_precision
 from zero_planner.plan.dsconfig import bucket_sizes, default_optimizer
 from zero_planner.plan.fit import _gib, gpu_limit_bytes
 from zero_planner.plan.memory import ALLOC_CONF, ZeroBuffers
 from zero_planner.plan.options import Evaluator, Option, known_failure
 from zero_planner.plan.request import PlanRequest
-from zero_planner.planfile import LoraInfo, Plan
+from zero_planner.planfile import Plan
 from zero_planner.strategies import Strategy
 
 
@@ -218,10 +218,7 @@ def estimate_config(
         raise InputError(f"--ds-config: bad zero_optimization value ({error})") from None
     if method == "auto":
         raise InputError("--method auto chooses a method; with --ds-config give full, lora or qlora")
-    if method in ADAPTER_METHODS:
-        lora = (r.lora or LoraInfo()).model_copy(update={"quantization": "nf4" if method == "qlora" else "none"})
-    else:
-        lora = r.lora
+    lora = adapter_lora(method, r.lora) if method in ADAPTER_METHODS else r.lora
     ev = Evaluator(spec, cluster, r.but(precision=precision, lora=lora, margin=False), buffers)
     memory = ev.memory(strategy, grad_ckpt, micro, accum)
     problem = known_failure(method, strategy) or ev.why_not(strategy, grad_ckpt, micro, accum)
